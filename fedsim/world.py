@@ -483,9 +483,7 @@ class World:
             return TrainResult(params, math.nan, steps, samples)
         seed = self.streams.integer_seed("batches", client, self._trainings_done[client])
         self._trainings_done[client] += 1
-        result = trainer.train(
-            params, shard.x_train, shard.y_train, steps=steps, seed=seed, **options
-        )
+        result = trainer.train(params, x, y, steps=steps, seed=seed, **options)
         self.recorder.add_training(result.mean_loss, result.samples)
         return result
 

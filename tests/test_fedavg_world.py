@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from fedsim.config import parse_scenario
 from fedsim.recorder import METRICS_COLUMNS, Recorder
@@ -199,3 +200,17 @@ def test_fedavg_and_local_learn_real_fashion_mnist(tmp_path):
     assert fedavg[-1]["worst_accuracy"] > 0.45
     assert fedavg[-1]["accuracy"] > local[-1]["accuracy"]  # iid data: collaboration pays
     assert fedavg[-1]["train_loss"] < fedavg[0]["train_loss"]
+
+
+def test_train_indices_restrict_training_to_those_samples(tmp_path):
+    world = make_world(tiny_scenario(tmp_path), tmp_path)
+    shard = world.clients[0].shard
+    keep = torch.arange(0, shard.num_train, 2)
+    params = world.initial_params()
+    process = world.env.process(world.train(0, params, steps=3, train_indices=keep))
+    world.env.run()
+    seed = world.streams.integer_seed("batches", 0, 0)
+    expected = world.trainer.train(
+        params, shard.x_train[keep], shard.y_train[keep], steps=3, seed=seed
+    )
+    assert torch.equal(process.value.params, expected.params)

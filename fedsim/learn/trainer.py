@@ -133,6 +133,14 @@ class _Adam:
         w.addcdiv_(self.exp_avg, denom, value=-step_size)
 
 
+def make_optimizer(spec: OptimizerSpec, like: torch.Tensor) -> _SGD | _Adam:
+    """A fresh optimizer on flat vectors shaped like ``like``; ``step(w, g)`` updates w in place.
+
+    For algorithms that keep an optimizer across rounds (e.g. FedeRiCo's owner-side Adam).
+    """
+    return _Adam(spec, like) if spec.name == "adam" else _SGD(spec)
+
+
 class Trainer:
     """Trains and evaluates flat parameter vectors of one architecture.
 
@@ -231,7 +239,7 @@ class Trainer:
         w, g = self._flat, self._grad
         with torch.no_grad():
             w.copy_(params)
-        opt = _Adam(self.optimizer, w) if self.optimizer.name == "adam" else _SGD(self.optimizer)
+        opt = make_optimizer(self.optimizer, w)
         generator = torch.Generator().manual_seed(seed)
         loss_sum = torch.zeros((), device=self.device)
         done = samples = 0
