@@ -112,14 +112,25 @@ def _check_events(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    """Comparison plots into --out (default: the one folder given, else here), and each run's
+    collaboration figures into its own folder (under --out, in a folder per run label)."""
     from analysis import find_runs, plot_runs
+    from analysis.weights import COLLABORATION_FILE, plot_collaboration_figures
 
     try:
         runs = find_runs(args.dirs)
+        collaborative = [run for run in runs if (run.path / COLLABORATION_FILE).is_file()]
+        written = [
+            path
+            for run in collaborative
+            for path in plot_collaboration_figures(
+                run.path, None if args.out is None else args.out / run.label
+            )
+        ]
     except (ValueError, FileNotFoundError) as error:
         return _report(ScenarioError("plot", [str(error)]))
     out = args.out or (args.dirs[0] if len(args.dirs) == 1 else Path("."))
-    for path in plot_runs(runs, out, args.target):
+    for path in [*plot_runs(runs, out, args.target), *written]:
         print(path)
     return 0
 

@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from analysis import find_runs, plot_active_clients, plot_runs
 from analysis.asynchrony import ASYNC_FILE, plot_async
+from analysis.weights import COLLABORATION_FILE, plot_collaboration_figures
 from fedsim.algorithms import ALGORITHMS
 from fedsim.config import AlgorithmConfig, Scenario, ScenarioError
 from fedsim.learn.data import FederatedDataset, build_federated_dataset
@@ -135,7 +136,8 @@ def run_scenario(
 
 
 def plot_results(scenario: Scenario, results_dir: Path, labels: Sequence[str]) -> None:
-    """Comparison plots of the runs finished so far (and active clients under churn)."""
+    """Comparison plots of the runs finished so far (and active clients under churn), and in
+    each run folder with collaboration weights the figures of those not yet drawn."""
     done = [
         results_dir / label for label in labels if (results_dir / label / "metrics.csv").exists()
     ]
@@ -147,6 +149,9 @@ def plot_results(scenario: Scenario, results_dir: Path, labels: Sequence[str]) -
         plot_active_clients(
             [(d.name, d) for d in done], results_dir / "active_clients.png", churn_times_s(scenario)
         )
+    for run_dir in done:
+        if (run_dir / COLLABORATION_FILE).exists():
+            plot_collaboration_figures(run_dir, only_if_stale=True)
 
 
 def run_algorithm(
