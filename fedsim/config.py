@@ -545,6 +545,84 @@ class FedBuffConfig(AsyncServerConfig):
     server_lr: PositiveFloat = 1.0
 
 
+class DecentralizedConfig(_AlgorithmBase):
+    """No server: clients talk over D2D links (or via the base station) in lock-step rounds."""
+
+    deadline_s: PositiveFloat | None = Field(
+        default=None,
+        description="close a round this long after it starts; messages still on the air are lost",
+    )
+
+
+UnitInterval = Annotated[float, Field(ge=0, le=1)]
+
+
+class FedericoConfig(DecentralizedConfig):
+    """FedeRiCo: ε-greedy neighbours, EMA losses, w = softmax(-L), w-scaled gradients back."""
+
+    name: Literal["federico"]
+    neighbours: Annotated[int, Field(ge=0)] = Field(default=3, description="M (paper: 3)")
+    epsilon: UnitInterval = Field(default=0.3, description="ε-greedy exploration (paper: 0.3)")
+    beta: UnitInterval = Field(default=0.6, description="EMA weight of the NEW loss (paper: 0.6)")
+    include_self: bool = Field(
+        default=True, description="refresh ℓ_ii and apply g_ii every round (Eq. 8's j = i term)"
+    )
+    loss_on: Literal["train_set", "batch"] = Field(
+        default="train_set", description="E-step loss on the local train set, or on the batch"
+    )
+    loss_reduction: Literal["mean", "sum"] = Field(
+        default="mean", description="Alg. 1 sums over samples; the mean keeps softmax(-L) smooth"
+    )
+    ensemble: bool = Field(
+        default=True, description="predict with Σ_j w_ij softmax(h_φj) over cached models"
+    )
+    ensemble_min_weight: UnitInterval = Field(
+        default=0.01, description="forget cached peer models whose weight falls below this"
+    )
+    model_timeout_s: PositiveFloat | None = Field(
+        default=None,
+        description="a sampler waits this long for the models it asked for (default: half of "
+        "deadline_s; for all of them without a deadline)",
+    )
+
+
+class CoboConfig(DecentralizedConfig):
+    """CoBo (Alg. 1): pairwise weights from midpoint gradients; penalty pulls collaborators."""
+
+    name: Literal["cobo"]
+    penalty: NonNegativeFloat = Field(default=0.05, description="ρ of the paper (code: 0.05)")
+    weight_lr: PositiveFloat = Field(default=0.01, description="γ, step of the weight ascent")
+    pair_sampling: Literal["constant", "decaying", "mixed", "all"] = Field(
+        default="mixed", description="p_t: p; p/t; p then p T0/t after T0 rounds; every pair"
+    )
+    pair_probability: Fraction | None = Field(
+        default=None, description="p per unordered pair and round (default 1/n, n clients online)"
+    )
+    switch_fraction: Fraction = Field(
+        default=0.002, description="mixed: T0 = ceil(switch_fraction * run.rounds) (paper: 0.2%)"
+    )
+    decay: Literal["inverse", "inverse_sqrt"] = Field(
+        default="inverse", description="decaying/mixed law: 1/t (paper) or 1/sqrt(t) (code)"
+    )
+    local_steps: PositiveInt = Field(
+        default=1, description="SGD steps per round (paper: 1) with the penalty held fixed"
+    )
+    join_weight: UnitInterval = Field(
+        default=0.0, description="w between a newcomer and everyone (1 would drag all to it)"
+    )
+    phase_timeout_s: PositiveFloat | None = Field(
+        default=None,
+        description="wait this long for a pair's reply and again for the collaborators' models "
+        "(default: a third of deadline_s; without a deadline, for all of them)",
+    )
+
+
+class DsgdConfig(DecentralizedConfig):
+    """Decentralized SGD: local training, then gossip averaging with the D2D neighbours."""
+
+    name: Literal["dsgd"]
+
+
 AlgorithmConfig = Annotated[
     LocalConfig
     | FedAvgConfig
@@ -558,7 +636,10 @@ AlgorithmConfig = Annotated[
     | UcflConfig
     | PerFedCktConfig
     | FedAsyncConfig
-    | FedBuffConfig,
+    | FedBuffConfig
+    | FedericoConfig
+    | CoboConfig
+    | DsgdConfig,
     Field(discriminator="name"),
 ]
 
@@ -647,6 +728,16 @@ class Scenario(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _gossip_needs_a_graph(self) -> Scenario:
+        for i, algorithm in enumerate(self.algorithms):
+            if algorithm.name == "dsgd" and self.system.d2d is None:
+                raise ValueError(
+                    f"algorithms[{i}].name: dsgd gossips with its D2D neighbours: add a "
+                    "system.d2d section (its graph)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _mixed_models_do_not_average(self) -> Scenario:
         if not self.model.mix:
             return self
@@ -663,10 +754,13 @@ class Scenario(_Strict):
         if not self.clients.can_drop_out:
             return self
         for i, algorithm in enumerate(self.algorithms):
-            if isinstance(algorithm, SyncServerConfig) and algorithm.deadline_s is None:
+            if (
+                isinstance(algorithm, SyncServerConfig | DecentralizedConfig)
+                and algorithm.deadline_s is None
+            ):
                 raise ValueError(
                     f"algorithms[{i}].deadline_s: required when clients can go offline or "
-                    "leave (the server only learns that an update is lost through its deadline)"
+                    "leave (a lost update or message is only noticed through the deadline)"
                 )
             if isinstance(algorithm, AsyncServerConfig) and algorithm.task_timeout_s is None:
                 raise ValueError(
@@ -760,6 +854,9 @@ _TAG_MODELS: dict[str, type[BaseModel]] = {
     "perfed_ckt": PerFedCktConfig,
     "fedasync": FedAsyncConfig,
     "fedbuff": FedBuffConfig,
+    "federico": FedericoConfig,
+    "cobo": CoboConfig,
+    "dsgd": DsgdConfig,
 }
 _UNION_TAGS = set(_TAG_MODELS)
 ALGORITHM_NAMES = tuple(

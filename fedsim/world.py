@@ -27,16 +27,19 @@ import torch
 
 from fedsim.config import AlgorithmConfig, Scenario
 from fedsim.learn.data import ClientShard, FederatedDataset, build_public_set
-from fedsim.learn.trainer import Trainer, TrainResult
+from fedsim.learn.trainer import Ensemble, EvalResult, Trainer, TrainResult
 from fedsim.recorder import ClientScore, Recorder
 from fedsim.sim import churn
 from fedsim.sim.compute import ComputeModel, ShiftedExponential, device_speeds
 from fedsim.sim.events import EventLog
 from fedsim.sim.network import Link, Network
-from fedsim.sim.topology import assign_edge_rates, build_graph
+from fedsim.sim.topology import assign_edge_rates, build_graph, neighbours
 
 ProgressCallback = Callable[[int, float], None]
 """Called with (round, simulated time) after every round."""
+
+Models = torch.Tensor | Mapping[int, torch.Tensor | Ensemble]
+"""What clients use to predict: one global model, or each client's own model or ensemble."""
 
 LOST = "lost"  # interrupt cause: the client went offline or left
 CANCELLED = "cancelled"  # interrupt cause: the server closed the round
@@ -190,9 +193,8 @@ class World:
         self._trainings_done = [0] * num_clients
         self.sampling_rng = self.streams.generator("sampling")
         self._departure_rng = self.streams.generator("departures", 1)
-        self._unevaluated: tuple[int, float, torch.Tensor | Mapping[int, torch.Tensor]] | None
-        self._unevaluated = None
-        self._models: torch.Tensor | Mapping[int, torch.Tensor] | None = None
+        self._unevaluated: tuple[int, float, Models] | None = None
+        self._models: Models | None = None
         self._rounds_completed = 0
         self._participants = 0
         self._last_evaluated_s: float | None = None
@@ -365,18 +367,22 @@ class World:
         max(1, round(fraction * present)) updates and over-selects by ``over_selection``.
         ``by_size`` samples without replacement with probability ∝ local training size.
         """
-        while not self.online:
-            yield self.env.any_of(
-                [self.until_online(c) for c in self.present] or [self.env.event()]
-            )
+        candidates = yield from self.online_clients()
         wanted = self.wanted_updates(fraction)
-        candidates = sorted(self.online)
         count = min(len(candidates), math.ceil(wanted * (1 + over_selection)))
         sizes = np.array([self.num_train(c) for c in candidates], dtype=float) if by_size else None
         chosen = self.sampling_rng.choice(
             candidates, size=count, replace=False, p=None if sizes is None else sizes / sizes.sum()
         )
         return sorted(int(c) for c in chosen)
+
+    def online_clients(self) -> Generator[simpy.Event, object, list[int]]:
+        """Process body: the present clients online now, ascending (waits for the first)."""
+        while not self.online:
+            yield self.env.any_of(
+                [self.until_online(c) for c in self.present] or [self.env.event()]
+            )
+        return sorted(self.online)
 
     def wanted_updates(self, fraction: float) -> int:
         """How many updates a round asks for: max(1, round(fraction * present clients))."""
@@ -424,6 +430,30 @@ class World:
         Returns the receiver's delivery event (it never fires if the receiver is offline).
         """
         return (yield from self.network.send_peer(sender, receiver, self.payload_bytes(*tensors)))
+
+    def send_message(
+        self, sender: int, receiver: int, *tensors: torch.Tensor, payload: object = None
+    ) -> Task:
+        """Start a peer message as the sender's task; ``delivered`` fires with ``payload``
+        when the receiver has it.
+
+        It never fires if the sender goes offline mid-transfer (its bytes are wasted) or the
+        receiver is offline when it arrives; like a server, a peer notices only by a deadline.
+        """
+
+        def body() -> Generator[simpy.Event, None, object]:
+            received = yield from self.send_peer(sender, receiver, *tensors)
+            yield received  # relayed: the base station forwards it after the upload
+            return payload
+
+        return self.start_task(sender, body(), timed=False)
+
+    def peers_of(self, client: int) -> list[int]:
+        """The client's present D2D neighbours (the graph of ``system.d2d``), ascending."""
+        graph = self.network.graph
+        if graph is None:
+            raise ValueError("no D2D graph: add a system.d2d section")
+        return [c for c in neighbours(graph, client) if c in self.present]
 
     def work(
         self, client: int, steps: int, samples: int | None = None
@@ -489,19 +519,23 @@ class World:
 
     # --- tasks and the server's policy ---
 
-    def start_task(self, client: int, body: Generator) -> Task:
-        """Run ``body`` as work the client does for the server.
+    def start_task(self, client: int, body: Generator, *, timed: bool = True) -> Task:
+        """Run ``body`` as work the client does for the server (or for a round).
 
         If the client goes offline or leaves, the task is interrupted and its ``delivered``
-        event never fires: the server has to notice through its deadline.
+        event never fires: the server has to notice through its deadline. A ``timed`` task
+        collects the client's downlink/compute/uplink times for the round breakdown.
         """
         task = Task(client=client, started_s=self.env.now, delivered=self.env.event())
-        task.process = self.env.process(self._run_task(task, body))
+        task.process = self.env.process(self._run_task(task, body, timed))
         return task
 
-    def _run_task(self, task: Task, body: Generator) -> Generator[simpy.Event, object, None]:
+    def _run_task(
+        self, task: Task, body: Generator, timed: bool
+    ) -> Generator[simpy.Event, object, None]:
         self._tasks[task.client].add(task)
-        self._current_task[task.client] = task
+        if timed:
+            self._current_task[task.client] = task
         try:
             value = yield from body
         except simpy.Interrupt:
@@ -582,8 +616,9 @@ class World:
 
     # --- rounds and evaluation ---
 
-    def set_models(self, params: torch.Tensor | Mapping[int, torch.Tensor]) -> None:
-        """The models clients would use now: one global model, or each client's own.
+    def set_models(self, params: Models) -> None:
+        """The models clients would use now: one global model, or each client's own (a
+        model, or an ``Ensemble`` of models it mixes the predictions of).
 
         A time-cadence evaluation measures whatever was set last (a mapping may be a live
         dict the algorithm keeps updating; only present clients are evaluated).
@@ -593,7 +628,7 @@ class World:
     def end_round(
         self,
         round_index: int,
-        params: torch.Tensor | Mapping[int, torch.Tensor],
+        params: Models,
         participants: int,
     ) -> None:
         """Close a round; evaluate on the round cadence (and the last round, whenever it ends).
@@ -649,6 +684,12 @@ class World:
         self.log.close()
         return self.recorder.close(complete=complete)
 
+    def _evaluate_client(self, client: Client, model: torch.Tensor | Ensemble) -> EvalResult:
+        trainer, x, y = self.trainer_of(client.id), client.shard.x_test, client.shard.y_test
+        if isinstance(model, Ensemble):
+            return trainer.evaluate_ensemble(model, x, y)
+        return trainer.evaluate(model, x, y)
+
     def _evaluate_pending(self) -> None:
         if self._unevaluated is None:
             return
@@ -666,10 +707,7 @@ class World:
             )
         else:
             clients = [c for c in clients if c.id in params]
-            results = [
-                self.trainer_of(c.id).evaluate(params[c.id], c.shard.x_test, c.shard.y_test)
-                for c in clients
-            ]
+            results = [self._evaluate_client(c, params[c.id]) for c in clients]
         scores = [
             ClientScore(client=c.id, group=c.shard.group, correct=r.correct, total=r.total)
             for c, r in zip(clients, results, strict=True)

@@ -12,7 +12,7 @@ import gzip
 import math
 import os
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -92,6 +92,17 @@ def _missing(what: str, expected: Path) -> FileNotFoundError:
     )
 
 
+def _download(fetch: Callable[[], object], expected: Path) -> None:
+    """Run torchvision's download; a failure (e.g. no internet) says where files should be."""
+    try:
+        fetch()
+    except (RuntimeError, OSError) as error:
+        raise FileNotFoundError(
+            f"dataset not found at {expected} and the download failed ({error}). Set "
+            "dataset.root (or the FEDSIM_DATA environment variable) to a folder holding it."
+        ) from None
+
+
 def _read_idx(path: Path, header_bytes: int) -> np.ndarray:
     with gzip.open(path, "rb") as f:  # copy: arrays over bytes are read-only, torch wants writable
         return np.frombuffer(f.read(), np.uint8, offset=header_bytes).copy()
@@ -107,7 +118,8 @@ def _load_idx(name: str, root: Path, download: bool, split: str) -> tuple[np.nda
             raise _missing(f"{_IDX_FOLDERS[name]} {split} files", images_path)
         import torchvision.datasets as tvd  # slow import, only needed to download
 
-        getattr(tvd, _IDX_FOLDERS[name])(str(root), train=split == "train", download=True)
+        dataset = getattr(tvd, _IDX_FOLDERS[name])
+        _download(lambda: dataset(str(root), train=split == "train", download=True), images_path)
     images = _read_idx(images_path, 16).reshape(-1, 1, 28, 28)
     labels = _read_idx(labels_path, 8)
     if len(images) != len(labels):
@@ -128,7 +140,7 @@ def _load_cifar10(root: Path, download: bool, split: str) -> tuple[np.ndarray, n
             raise _missing(f"CIFAR-10 {split} batches", folder)
         import torchvision.datasets as tvd  # slow import, only needed to download
 
-        tvd.CIFAR10(str(root), train=split == "train", download=True)
+        _download(lambda: tvd.CIFAR10(str(root), train=split == "train", download=True), folder)
         files = _cifar_files(folder, split)
     images, labels = [], []
     for path in files:  # the offline copy has batches 1..3 only: use whichever exist

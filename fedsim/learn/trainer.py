@@ -73,6 +73,23 @@ class Distillation:
 
 
 @dataclass(frozen=True)
+class Ensemble:
+    """A personalized predictor that mixes models: p(y|x) = Σ_j weight_j softmax(model_j(x)).
+
+    FedeRiCo's prediction rule (probabilities, not logits, are averaged); weights sum to 1.
+    """
+
+    models: tuple[torch.Tensor, ...]
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.models or len(self.models) != len(self.weights):
+            raise ValueError("an ensemble needs one weight per model, and at least one model")
+        if any(w < 0 for w in self.weights) or not math.isclose(sum(self.weights), 1.0):
+            raise ValueError(f"ensemble weights must be >= 0 and sum to 1, got {self.weights}")
+
+
+@dataclass(frozen=True)
 class TrainResult:
     params: torch.Tensor  # new flat params (a new tensor; the input is never modified in place)
     mean_loss: float  # mean cross-entropy over the steps taken (nan if none); prox term excluded
@@ -329,3 +346,14 @@ class Trainer:
                 for start in range(0, len(x), _EVAL_BATCH)
             ]
         return torch.cat(parts).clone()
+
+    def evaluate_ensemble(self, ensemble: Ensemble, x: torch.Tensor, y: torch.Tensor) -> EvalResult:
+        """Accuracy and summed negative log-likelihood of an ensemble's mixed probabilities."""
+        mixed = sum(
+            weight * self.probabilities(params, x)
+            for params, weight in zip(ensemble.models, ensemble.weights, strict=True)
+        )
+        y = y.to(self.device)
+        likelihood = mixed.gather(1, y.view(-1, 1)).squeeze(1).double().clamp_min(1e-12)
+        hits = int((mixed.argmax(dim=1) == y).sum()) if len(y) else 0
+        return EvalResult(hits, len(y), float(-likelihood.log().sum()))

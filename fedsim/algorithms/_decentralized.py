@@ -1,0 +1,129 @@
+"""What the serverless algorithms (FedeRiCo, CoBo, decentralized SGD) share.
+
+A decentralized round is lock-step, as in the papers' pseudocode: every online client runs
+its part of the round as a task; the round closes when every part is done or at the
+deadline (``deadline_s``), and peer messages still on the air then are lost (their bytes
+count as wasted). Nobody is told that a peer went offline: a missing message is noticed
+only because it has not arrived when it is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+
+import numpy as np
+import simpy
+import torch
+
+from fedsim.config import DecentralizedConfig
+from fedsim.world import Task, World
+
+MAX_HISTORY_FLOATS = 20_000_000  # 160 MB of float64 snapshots at most; sparser beyond
+
+
+class RoundMessages:
+    """The peer messages of one round, addressed by (kind, sender, receiver).
+
+    A receiver waits on ``expect``; the event fires with the payload once the message is in.
+    Messages not delivered when the round closes are cancelled.
+    """
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self._tasks: list[Task] = []
+        self._inbox: dict[tuple[str, int, int], simpy.Event] = {}
+
+    def expect(self, kind: str, sender: int, receiver: int) -> simpy.Event:
+        key = (kind, sender, receiver)
+        if key not in self._inbox:
+            self._inbox[key] = self.world.env.event()
+        return self._inbox[key]
+
+    def send(
+        self, kind: str, sender: int, receiver: int, *tensors: torch.Tensor, payload: object = None
+    ) -> simpy.Event:
+        """Start a message; returns the receiver's event (``expect``)."""
+        task = self.world.send_message(sender, receiver, *tensors, payload=payload)
+        self._tasks.append(task)
+        slot = self.expect(kind, sender, receiver)
+        task.delivered.callbacks.append(lambda event: slot.succeed(event.value))
+        return slot
+
+    def delivered(self, kind: str, receiver: int) -> dict[int, object]:
+        """sender -> payload of the messages of this kind that reached the receiver so far."""
+        return {
+            sender: slot.value
+            for (k, sender, to), slot in self._inbox.items()
+            if k == kind and to == receiver and slot.triggered
+        }
+
+    def close(self) -> None:
+        for task in self._tasks:
+            if not task.delivered.triggered:
+                self.world.cancel(task)
+        self._tasks.clear()
+
+
+def wait_for(
+    world: World, events: Sequence[simpy.Event], timeout_s: float | None
+) -> Generator[simpy.Event, object, list[object]]:
+    """Process body: wait for every event, or until ``timeout_s``; the values that came."""
+    if events:
+        everything = world.env.all_of(events)
+        yield everything if timeout_s is None else everything | world.env.timeout(timeout_s)
+    return [event.value for event in events if event.processed]
+
+
+def run_round(
+    world: World, config: DecentralizedConfig, bodies: Mapping[int, Generator]
+) -> Generator[simpy.Event, object, dict[int, object]]:
+    """Process body: run each online client's part of the round under the round's deadline;
+    returns the results of the parts that finished."""
+    tasks = {client: world.start_task(client, body) for client, body in bodies.items()}
+    return (yield from world.gather(tasks, deadline_s=config.deadline_s))
+
+
+class WeightHistory:
+    """A collaboration matrix over the run, kept in ``collaboration.npz`` (``analysis.weights``).
+
+    Rows and columns are all clients (including the reserve of later arrivals); entries of
+    clients not present are NaN. Saved after every snapshot, so an interrupted run keeps it.
+    """
+
+    def __init__(self, world: World, save_every_rounds: int = 10) -> None:
+        self.world = world
+        n = len(world.clients)
+        rounds = world.scenario.run.rounds or 1000
+        self.stride = max(1, -(-rounds * n * n // MAX_HISTORY_FLOATS))
+        self.save_every_rounds = save_every_rounds
+        self.snapshots: list[np.ndarray] = []
+        self.times_s: list[float] = []
+        self.rounds: list[int] = []
+
+    def record(self, round_index: int, weights: np.ndarray, *, final: bool = False) -> None:
+        if round_index % self.stride == 0 or final:
+            self.snapshots.append(np.array(weights, dtype=float))
+            self.times_s.append(self.world.env.now)
+            self.rounds.append(round_index)
+        if final or round_index % self.save_every_rounds == 0:
+            self.save(weights)
+
+    def save(self, weights: np.ndarray) -> None:
+        if self.world.timing_only:
+            return
+        self.world.save_arrays(
+            "collaboration",
+            weights=np.asarray(weights, dtype=float),
+            clients=np.arange(len(self.world.clients)),
+            groups=np.array([c.shard.group for c in self.world.clients]),
+            history=np.stack(self.snapshots) if self.snapshots else np.empty((0, 0, 0)),
+            history_times_s=np.array(self.times_s),
+            history_rounds=np.array(self.rounds),
+        )
+
+
+def present_mask(world: World) -> np.ndarray:
+    """Rows/columns of present clients (NaN-out the others in a saved matrix)."""
+    mask = np.zeros(len(world.clients), dtype=bool)
+    mask[list(world.present)] = True
+    return mask

@@ -1,0 +1,85 @@
+"""Decentralized SGD (gossip averaging over the D2D graph; Lian et al. 2017, Koloskova et al.
+2020): the serverless baseline of the decentralized setting.
+
+Each round, in lock-step, every online client trains its model with the scenario's local
+work, sends the result to each of its D2D neighbours (``system.d2d.graph``) and averages
+what it has with Metropolis–Hastings weights, which are symmetric and doubly stochastic on
+any connected graph, so the models reach consensus at the global average:
+
+    x_i ← Σ_j m_ij x_j,   m_ij = 1 / (1 + max(d_i, d_j)) for each neighbour j,
+    m_ii = 1 − Σ_j m_ij   (d = degree among the present clients).
+
+The averaging happens when the round closes (all models in, or the deadline): a neighbour
+whose model has not arrived (offline, slow link) is left out and its weight goes to the
+client's own model, so the row still sums to 1; a client whose training did not finish keeps
+its model. Per round:
+one model-sized message per directed edge. The mixing matrix is saved as the collaboration
+weights (``collaboration.npz``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import numpy as np
+import simpy
+import torch
+
+from fedsim.algorithms._decentralized import RoundMessages, WeightHistory, run_round
+from fedsim.config import DsgdConfig
+from fedsim.learn.aggregate import weighted_average
+from fedsim.world import World
+
+
+def mixing_weights(world: World, client: int) -> dict[int, float]:
+    """Metropolis–Hastings weights of the client's row over its present neighbours."""
+    degree = {c: len(world.peers_of(c)) for c in [client, *world.peers_of(client)]}
+    return {j: 1 / (1 + max(degree[client], degree[j])) for j in world.peers_of(client)}
+
+
+def run(world: World, config: DsgdConfig) -> Generator[simpy.Event, object, None]:
+    models: dict[int, torch.Tensor] = {}
+    initial = world.initial_params()
+    history = WeightHistory(world)
+    world.on_join = lambda client: models.__setitem__(client, initial)
+    world.on_leave = lambda client: models.pop(client, None)
+    models |= {c: initial for c in world.client_ids}
+    world.set_models(models)
+    mixing = np.full((len(world.clients),) * 2, np.nan)
+    for round_index in world.rounds():
+        clients = yield from world.online_clients()
+        messages = RoundMessages(world)
+        trained: dict[int, torch.Tensor] = {}
+        bodies = {i: gossip_round(world, i, models, trained, messages) for i in clients}
+        finished = yield from run_round(world, config, bodies)
+        messages.close()
+        mixing = np.full((len(world.clients),) * 2, np.nan)
+        for i, params in trained.items():
+            received = messages.delivered("model", i)
+            weights = {j: w for j, w in mixing_weights(world, i).items() if j in received}
+            own = 1.0 - sum(weights.values())
+            mixing[i, i], mixing[i, list(weights)] = own, list(weights.values())
+            if i in models:
+                models[i] = weighted_average(
+                    [params, *(received[j] for j in weights)], [own, *weights.values()]
+                )
+        history.record(round_index, mixing)
+        world.end_round(round_index, dict(models), participants=len(finished))
+    history.record(world.round_index or 0, mixing, final=True)
+
+
+def gossip_round(
+    world: World,
+    client: int,
+    models: dict[int, torch.Tensor],
+    trained: dict[int, torch.Tensor],
+    messages: RoundMessages,
+) -> Generator[simpy.Event, object, int]:
+    """Train, send the result to every neighbour, wait for the neighbours' results."""
+    result = yield from world.train(client, models[client])
+    trained[client] = result.params
+    neighbours = world.peers_of(client)
+    for j in neighbours:
+        messages.send("model", client, j, result.params, payload=result.params)
+    yield world.env.all_of([messages.expect("model", j, client) for j in neighbours])
+    return len(neighbours)
