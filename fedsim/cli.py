@@ -66,7 +66,9 @@ def _summary_line(summary: dict) -> str:
         f"{summary['algorithm']:>12}: final {pct(summary['final_accuracy'])} "
         f"(worst client {pct(summary['final_worst_accuracy'])}), target {reached}, "
         f"up {summary['uplink_bytes'] / 1e6:.2f} MB, "
-        f"down {summary['downlink_bytes'] / 1e6:.2f} MB, {summary['time_s']:.1f}s simulated"
+        f"down {summary['downlink_bytes'] / 1e6:.2f} MB, "
+        + (f"d2d {summary['d2d_bytes'] / 1e6:.2f} MB, " if summary.get("d2d_bytes") else "")
+        + f"{summary['time_s']:.1f}s simulated"
     )
 
 

@@ -60,6 +60,7 @@ class TargetReached:
     time_s: float
     uplink_bytes: int
     downlink_bytes: int
+    d2d_bytes: int
 
 
 class Recorder:
@@ -172,7 +173,8 @@ class Recorder:
         self._rows.append(row)
         reached = self.target_accuracy is not None and row["accuracy"] >= self.target_accuracy
         if self._target is None and reached:
-            self._target = TargetReached(time_s, self.uplink_bytes, self.downlink_bytes)
+            d2d_bytes = self.traffic.d2d_bytes if self.traffic else 0
+            self._target = TargetReached(time_s, self.uplink_bytes, self.downlink_bytes, d2d_bytes)
         self._write_summary(complete=False)
         return row
 
@@ -206,6 +208,7 @@ class Recorder:
             "time_to_target_s": target.time_s if target else None,
             "uplink_bytes_to_target": target.uplink_bytes if target else None,
             "downlink_bytes_to_target": target.downlink_bytes if target else None,
+            "d2d_bytes_to_target": target.d2d_bytes if target else None,
             "rounds": last["round"] if last else 0,
             "time_s": last["time_s"] if last else 0.0,
             "uplink_bytes": self.uplink_bytes,

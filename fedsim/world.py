@@ -167,6 +167,7 @@ class World:
         self._online_again: dict[int, simpy.Event] = {}
         self.on_join: Callable[[int], None] | None = None
         self.on_leave: Callable[[int], None] | None = None
+        self.on_finish: list[Callable[[], None]] = []  # e.g. save state, also after a time budget
 
         run_dir = recorder.run_dir
         events_path = run_dir / "events.jsonl" if scenario.output.events and run_dir else None
@@ -191,6 +192,7 @@ class World:
         )
         self._compute_rngs = [self.streams.generator("compute", c.id) for c in self.clients]
         self._trainings_done = [0] * num_clients
+        self._device_queue: dict[int, list[simpy.Event]] = {}  # busy devices: who waits next
         self.sampling_rng = self.streams.generator("sampling")
         self._departure_rng = self.streams.generator("departures", 1)
         self._unevaluated: tuple[int, float, Models] | None = None
@@ -461,7 +463,37 @@ class World:
         """Process body: the client's device spends the time ``steps`` local steps take.
 
         For local work other than training (e.g. computing statistics); ``train`` uses it.
+        A device does one computation at a time: concurrent requests (a peer's and one's
+        own work in a decentralized round) wait their turn, first come first served.
         """
+        if client in self._device_queue:
+            turn = self.env.event()
+            self._device_queue[client].append(turn)
+            try:
+                yield turn
+            except simpy.Interrupt:
+                if turn.triggered:  # the device was handed over just now: pass it on
+                    self._release_device(client)
+                else:
+                    self._device_queue[client].remove(turn)
+                raise
+        else:
+            self._device_queue[client] = []
+        try:
+            yield from self._compute(client, steps, samples)
+        finally:
+            self._release_device(client)
+
+    def _release_device(self, client: int) -> None:
+        waiting = self._device_queue[client]
+        if waiting:
+            waiting.pop(0).succeed()
+        else:
+            del self._device_queue[client]
+
+    def _compute(
+        self, client: int, steps: int, samples: int | None
+    ) -> Generator[simpy.Event, None, None]:
         per = self.scenario.system.compute.per
         work_units = {"round": 1, "step": steps, "sample": samples or steps}[per]
         duration_s = self.compute_model.sample_s(
@@ -676,6 +708,8 @@ class World:
 
     def finish(self, *, complete: bool) -> dict:
         """Evaluate what the cadence has not measured yet; write the summary."""
+        for callback in self.on_finish:
+            callback()
         timed = self.scenario.evaluation.every_s is not None
         if timed and self._models is not None and self._last_evaluated_s != self.env.now:
             self._unevaluated = (self._rounds_completed, self.env.now, self._models)

@@ -39,16 +39,20 @@ def tiny_scenario(tmp_path: Path, **overrides: dict) -> dict:
     data = copy.deepcopy(TINY_SCENARIO)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
-            _merge(data[key], value)
+            merge_into(data[key], value)
         else:
-            data[key] = value
+            data[key] = copy.deepcopy(value)
     data["output"] = {"dir": str(tmp_path / "results")}
     return data
 
 
-def _merge(into: dict, extra: dict) -> None:
+def merge_into(into: dict, extra: dict) -> None:
+    """Merge ``extra`` into ``into``, section by section (a non-dict value replaces).
+
+    Values are copied, so later merges never write into the caller's (e.g. a module's) dicts.
+    """
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
+            merge_into(into[key], value)
         else:
-            into[key] = value
+            into[key] = copy.deepcopy(value)

@@ -87,7 +87,8 @@ class WeightHistory:
     """A collaboration matrix over the run, kept in ``collaboration.npz`` (``analysis.weights``).
 
     Rows and columns are all clients (including the reserve of later arrivals); entries of
-    clients not present are NaN. Saved after every snapshot, so an interrupted run keeps it.
+    clients not present are NaN. Saved every ``save_every_rounds`` rounds and when the run
+    finishes (also at a time budget), so an interrupted run keeps what it had.
     """
 
     def __init__(self, world: World, save_every_rounds: int = 10) -> None:
@@ -99,31 +100,27 @@ class WeightHistory:
         self.snapshots: list[np.ndarray] = []
         self.times_s: list[float] = []
         self.rounds: list[int] = []
+        self.latest: np.ndarray | None = None
+        world.on_finish.append(self.save)
 
-    def record(self, round_index: int, weights: np.ndarray, *, final: bool = False) -> None:
-        if round_index % self.stride == 0 or final:
+    def record(self, round_index: int, weights: np.ndarray) -> None:
+        self.latest = np.array(weights, dtype=float)
+        if round_index % self.stride == 0:
             self.snapshots.append(np.array(weights, dtype=float))
             self.times_s.append(self.world.env.now)
             self.rounds.append(round_index)
-        if final or round_index % self.save_every_rounds == 0:
-            self.save(weights)
+        if round_index % self.save_every_rounds == 0:
+            self.save()
 
-    def save(self, weights: np.ndarray) -> None:
-        if self.world.timing_only:
+    def save(self) -> None:
+        if self.world.timing_only or self.latest is None:
             return
         self.world.save_arrays(
             "collaboration",
-            weights=np.asarray(weights, dtype=float),
+            weights=self.latest,
             clients=np.arange(len(self.world.clients)),
             groups=np.array([c.shard.group for c in self.world.clients]),
-            history=np.stack(self.snapshots) if self.snapshots else np.empty((0, 0, 0)),
+            history=np.stack(self.snapshots) if self.snapshots else self.latest[None],
             history_times_s=np.array(self.times_s),
             history_rounds=np.array(self.rounds),
         )
-
-
-def present_mask(world: World) -> np.ndarray:
-    """Rows/columns of present clients (NaN-out the others in a saved matrix)."""
-    mask = np.zeros(len(world.clients), dtype=bool)
-    mask[list(world.present)] = True
-    return mask

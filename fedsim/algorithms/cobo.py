@@ -130,7 +130,6 @@ def run(
         messages.close()
         history.record(round_index, state.weight_matrix(world.client_ids))
         world.end_round(round_index, dict(state.models), participants=len(finished))
-    history.record(world.round_index or 0, state.weight_matrix(world.client_ids), final=True)
 
 
 def client_round(

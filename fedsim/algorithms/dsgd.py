@@ -58,6 +58,7 @@ def run(world: World, config: DsgdConfig) -> Generator[simpy.Event, object, None
             received = messages.delivered("model", i)
             weights = {j: w for j, w in mixing_weights(world, i).items() if j in received}
             own = 1.0 - sum(weights.values())
+            mixing[i, world.client_ids] = 0.0
             mixing[i, i], mixing[i, list(weights)] = own, list(weights.values())
             if i in models:
                 models[i] = weighted_average(
@@ -65,7 +66,6 @@ def run(world: World, config: DsgdConfig) -> Generator[simpy.Event, object, None
                 )
         history.record(round_index, mixing)
         world.end_round(round_index, dict(models), participants=len(finished))
-    history.record(world.round_index or 0, mixing, final=True)
 
 
 def gossip_round(

@@ -154,7 +154,6 @@ def run(
         present = world.client_ids
         history.record(round_index, state.weight_matrix(present))
         world.end_round(round_index, LazyModels(world, predictor), participants=len(finished))
-    history.record(world.round_index or 0, state.weight_matrix(world.client_ids), final=True)
 
 
 def own_initial_model(world: World, client: int) -> torch.Tensor:
