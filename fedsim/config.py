@@ -135,6 +135,9 @@ class GroupShift(_Strict):
     kind: Literal["label_permutation", "rotation"]
     groups: PositiveInt = 4
     angles_deg: list[float] | None = None
+    sizes: list[PositiveInt] | None = Field(
+        default=None, description="clients per group, in client order (default: equal blocks)"
+    )
 
     @model_validator(mode="after")
     def _angles(self) -> GroupShift:
@@ -143,6 +146,8 @@ class GroupShift(_Strict):
                 raise ValueError("angles_deg applies to kind 'rotation' only")
             if len(self.angles_deg) != self.groups:
                 raise ValueError(f"angles_deg needs one angle per group ({self.groups})")
+        if self.sizes is not None and len(self.sizes) != self.groups:
+            raise ValueError(f"sizes needs one size per group ({self.groups})")
         return self
 
 
@@ -570,8 +575,8 @@ class FedericoConfig(DecentralizedConfig):
     loss_on: Literal["train_set", "batch"] = Field(
         default="train_set", description="E-step loss on the local train set, or on the batch"
     )
-    loss_reduction: Literal["mean", "sum"] = Field(
-        default="mean", description="Alg. 1 sums over samples; the mean keeps softmax(-L) smooth"
+    loss_reduction: Literal["sum", "mean"] = Field(
+        default="sum", description="ℓ summed over the samples (Alg. 1, Eq. 3) or their mean"
     )
     ensemble: bool = Field(
         default=True, description="predict with Σ_j w_ij softmax(h_φj) over cached models"
@@ -725,6 +730,17 @@ class Scenario(_Strict):
                     f"algorithms[{i}].name: oracle needs true groups: use partition "
                     "label_groups or a dataset.group_shift"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _group_sizes_cover_the_clients(self) -> Scenario:
+        shift = self.dataset.group_shift
+        clients = self.clients.count + self.clients.arrivals.reserve
+        if shift is not None and shift.sizes is not None and sum(shift.sizes) != clients:
+            raise ValueError(
+                f"dataset.group_shift.sizes: they sum to {sum(shift.sizes)}, but there are "
+                f"{clients} clients (clients.count plus the arrivals' reserve)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -43,6 +43,7 @@ def build_dataset(scenario: Scenario) -> FederatedDataset:
             group_transform=shift.kind if shift else None,
             transform_groups=shift.groups if shift else 4,
             rotation_angles=tuple(shift.angles_deg) if shift and shift.angles_deg else None,
+            group_sizes=tuple(shift.sizes) if shift and shift.sizes else None,
         )
     except (OSError, ValueError) as error:
         raise ScenarioError("dataset", [f"dataset: {error}"]) from None

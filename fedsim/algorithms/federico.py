@@ -23,8 +23,13 @@ Choices where the paper is silent (spec §8), all parameters:
   L̂ are 0, so greedy picks walk through unexplored peers first (Alg. 1 read literally).
 - Self is always included (``include_self``): ℓ_ii is refreshed and g_ii applied every round,
   as Eq. 8's sum over j includes i and "M = 0 ≈ Local Training" requires.
-- The E-step loss is the mean (``loss_reduction``; Alg. 1 writes the sum, which makes the
-  softmax one-hot at once) over the local training set (``loss_on``).
+- The E-step loss is summed over the local training set, as Alg. 1 and Eq. 3 write it
+  (``loss_reduction``, ``loss_on``: the mean, or the gradient's mini-batch). Measured on
+  Fashion-MNIST label splits (8 clients, 2 groups): the sum sends all of a client's weight
+  to clients of its own group (own-group mass 1.0) but nearly one-hot, on one model per
+  group; the mean keeps the weights smooth, and because disjoint label sets do not
+  conflict, every model is trained by both groups and the weights do not separate
+  (own-group mass 0.47, 0.43 for uniform weights); both reach about the same accuracy.
 - One gradient step per round on one mini-batch of ``training.batch_size`` (Alg. 1).
 - Compute time: one training step per gradient, and each loss pass over n_i samples counted
   as n_i / 3 training samples (a forward pass is about a third of forward + backward).

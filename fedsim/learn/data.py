@@ -282,8 +282,11 @@ def partition_label_groups(
 # --- group transforms ---------------------------------------------------------------------------
 
 
-def contiguous_groups(num_clients: int, num_groups: int) -> list[int]:
-    """Group id per client: ``num_groups`` contiguous blocks whose sizes differ by at most one.
+def contiguous_groups(
+    num_clients: int, num_groups: int, sizes: Sequence[int] | None = None
+) -> list[int]:
+    """Group id per client: ``num_groups`` contiguous blocks whose sizes differ by at most one,
+    or have the given ``sizes`` (e.g. CoBo's cross-device clusters 6, 6, 7, 7, ..., 10, 10).
 
     Contiguous blocks, as in the user-centric FL authors' code, keep a group's data one slice
     of the client-ordered pool and make the true grouping readable from the client ids.
@@ -292,7 +295,14 @@ def contiguous_groups(num_clients: int, num_groups: int) -> list[int]:
         raise ValueError(
             f"transform groups must be in 1..{num_clients} (the clients), got {num_groups}"
         )
-    return [c * num_groups // num_clients for c in range(num_clients)]
+    if sizes is None:
+        return [c * num_groups // num_clients for c in range(num_clients)]
+    if len(sizes) != num_groups or sum(sizes) != num_clients or min(sizes) < 1:
+        raise ValueError(
+            f"group sizes {list(sizes)} must be {num_groups} positive numbers summing to "
+            f"{num_clients} (the clients, the reserve of later arrivals included)"
+        )
+    return [g for g, size in enumerate(sizes) for _ in range(size)]
 
 
 def group_label_permutations(
@@ -333,6 +343,7 @@ def _check_group_transform(
     num_clients: int,
     num_groups: int,
     rotation_angles: tuple[float, ...] | None,
+    group_sizes: tuple[int, ...] | None = None,
 ) -> None:
     """Fail before any data is loaded, so a bad config costs no load time."""
     if rotation_angles is not None and group_transform != "rotation":
@@ -347,7 +358,7 @@ def _check_group_transform(
             f"group_transform {group_transform!r} cannot be combined with the label_groups "
             "partition: both define the client groups; use iid or dirichlet as the base"
         )
-    contiguous_groups(num_clients, num_groups)
+    contiguous_groups(num_clients, num_groups, group_sizes)
     if rotation_angles is not None and len(rotation_angles) != num_groups:
         raise ValueError(
             f"rotation_angles has {len(rotation_angles)} angles for {num_groups} transform groups"
@@ -384,12 +395,14 @@ def build_federated_dataset(
     group_transform: str | None = None,
     transform_groups: int = 4,
     rotation_angles: tuple[float, ...] | None = None,
+    group_sizes: tuple[int, ...] | None = None,
 ) -> FederatedDataset:
     """Partition (a random subset of) the official train split; each client splits its own
     share into local train/test (personalized-FL style).
 
     ``group_transform`` adds group-wise shift on top of the iid or dirichlet partition: the
-    clients form ``transform_groups`` contiguous blocks (their shards' ``group``) and block g's
+    clients form ``transform_groups`` contiguous blocks (their shards' ``group``; of
+    ``group_sizes`` clients if given, else as equal as possible) and block g's
     train and test data get 'label_permutation' (concept shift: g's own relabelling, identity
     for g = 0) or 'rotation' (covariate shift: images turned ``rotation_angles[g]`` degrees,
     by default g * 360 / transform_groups). Rotation acts on [0, 1] pixels before
@@ -402,7 +415,7 @@ def build_federated_dataset(
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     _check_group_transform(
-        group_transform, partition, num_clients, transform_groups, rotation_angles
+        group_transform, partition, num_clients, transform_groups, rotation_angles, group_sizes
     )
     rng = np.random.default_rng(seed)
     images, labels = load_pool(name, root, download, "train")
@@ -437,7 +450,7 @@ def build_federated_dataset(
 
     # Transforms work in place, one client at a time: no transient copy exceeds one client.
     if group_transform is not None:
-        groups = contiguous_groups(num_clients, transform_groups)
+        groups = contiguous_groups(num_clients, transform_groups, group_sizes)
     if group_transform == "rotation":
         angles = rotation_angles or [g * 360 / transform_groups for g in range(transform_groups)]
         for (start, end), group in zip(spans, groups, strict=True):
