@@ -71,7 +71,7 @@ class Client:
     speed: float  # compute time is divided by this (device class and straggler slowdown)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Task:
     """A piece of work a client does for the server; ``delivered`` fires only on success."""
 
@@ -187,6 +187,8 @@ class World:
             heavy_tail_scale_s=tail.scale_s if tail else 0.0,
         )
         self._compute_rngs = [self.streams.generator("compute", c.id) for c in self.clients]
+        self._compute_per = compute.per  # round | step | sample: read at every task
+        self._bits_per_param = system.network.precision_bits
         self._trainings_done = [0] * num_clients
         self.sampling_rng = self.streams.generator("sampling")
         self._departure_rng = self.streams.generator("departures", 1)
@@ -398,8 +400,7 @@ class World:
 
     def payload_bytes(self, *tensors: torch.Tensor) -> int:
         """Bytes on the air for these tensors at the scenario's precision."""
-        bits = self.scenario.system.network.precision_bits
-        return sum(t.numel() for t in tensors) * bits // 8
+        return sum(t.numel() for t in tensors) * self._bits_per_param // 8
 
     def send_down(self, clients: Sequence[int], *tensors: torch.Tensor) -> dict[int, simpy.Event]:
         """The base station sends the same payload to a group; per-client arrival events.
@@ -432,8 +433,8 @@ class World:
 
         For local work other than training (e.g. computing statistics); ``train`` uses it.
         """
-        per = self.scenario.system.compute.per
-        work_units = {"round": 1, "step": steps, "sample": samples or steps}[per]
+        per = self._compute_per
+        work_units = 1 if per == "round" else steps if per == "step" else samples or steps
         duration_s = self.compute_model.sample_s(
             self._compute_rngs[client], work_units, self.clients[client].speed
         )
