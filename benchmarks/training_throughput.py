@@ -103,8 +103,8 @@ def run(
     models: Sequence[str] = ("cnn", "mlp"),
     batch_sizes: Sequence[int] = (32, 64),
     steps: int = 20,
-    repeats: int = 5,
-    clients: int = 8,
+    repeats: int = 3,
+    clients: int = 4,
     matmul_size: int = 2048,
 ) -> dict:
     peak = matmul_peak_gflops(matmul_size, repeats)
@@ -133,8 +133,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--models", nargs="+", default=["cnn", "mlp"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[32, 64])
     parser.add_argument("--steps", type=int, default=20, help="steps per timed training")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--clients", type=int, default=8, help="clients per train_many call")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=4, help="clients per train_many call")
     parser.add_argument("--matmul-size", type=int, default=2048)
     args = parser.parse_args(argv)
     set_threads(args.threads)
