@@ -462,9 +462,8 @@ class Trainer:
         loss_sum = torch.zeros(len(order), device=self.device)
         active = len(order)
         for step in range(total_steps):
-            if step_counts[order[active - 1]] == step:
-                while step_counts[order[active - 1]] == step:
-                    active -= 1
+            if step_counts[order[active - 1]] == step:  # the last clients are done
+                active = sum(1 for i in order if step_counts[i] > step)
                 for opt in optimizers:
                     opt.keep_first(active)
             ws = tuple(layer[:active] for layer in layers)
@@ -477,13 +476,13 @@ class Trainer:
                     opt.step(w, g)  # w is a view: the stacked layer is updated in place
             loss_sum[:active] += loss.detach()
         trained = torch.cat([layer.reshape(len(order), -1) for layer in layers], dim=1)
-        results: list[TrainResult | None] = [None] * len(order)
+        results: dict[int, TrainResult] = {}
         for row, (i, loss) in enumerate(zip(order, loss_sum.tolist(), strict=True)):
             k, n = step_counts[i], len(datasets[i][1])
             mean_loss = loss / k if k else math.nan
             samples = self.samples_processed(n, k) if k else 0
             results[i] = TrainResult(trained[row].clone(), mean_loss, k, samples)
-        return results  # type: ignore[return-value]
+        return [results[i] for i in range(len(order))]
 
     def evaluate(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> EvalResult:
         """Accuracy and summed cross-entropy of ``params`` on one dataset."""
