@@ -378,6 +378,11 @@ class TrainingConfig(_Strict):
     batch_size: PositiveInt = 32
     local_epochs: PositiveInt | None = None
     local_steps: PositiveInt | None = None
+    engine: Literal["auto", "loop", "vmap"] = Field(
+        default="auto",
+        description="how trainings of one architecture run: one by one (loop), vectorized "
+        "across clients (vmap), or whichever was measured faster on this device (auto)",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -69,6 +69,7 @@ def build_trainers(scenario: Scenario, dataset: FederatedDataset) -> list[Traine
                         hidden_sizes=share.hidden_sizes),
             optimizer,
             batch_size=training.batch_size,
+            engine=training.engine,
         )
         for share in shares
     ]  # fmt: skip

@@ -14,6 +14,7 @@ a server learns of it only through its own policy (a deadline), never by being t
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import itertools
 import math
@@ -27,7 +28,7 @@ import torch
 
 from fedsim.config import AlgorithmConfig, Scenario
 from fedsim.learn.data import ClientShard, FederatedDataset, build_public_set
-from fedsim.learn.trainer import Ensemble, EvalResult, Trainer, TrainResult
+from fedsim.learn.trainer import Distillation, Ensemble, EvalResult, Trainer, TrainResult
 from fedsim.recorder import ClientScore, Recorder
 from fedsim.sim import churn
 from fedsim.sim.compute import ComputeModel, ShiftedExponential, device_speeds
@@ -74,7 +75,7 @@ class Client:
     speed: float  # compute time is divided by this (device class and straggler slowdown)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Task:
     """A piece of work a client does for the server; ``delivered`` fires only on success."""
 
@@ -191,6 +192,8 @@ class World:
             heavy_tail_scale_s=tail.scale_s if tail else 0.0,
         )
         self._compute_rngs = [self.streams.generator("compute", c.id) for c in self.clients]
+        self._compute_per = compute.per  # round | step | sample: read at every task
+        self._bits_per_param = system.network.precision_bits
         self._trainings_done = [0] * num_clients
         self._device_queue: dict[int, list[simpy.Event]] = {}  # busy devices: who waits next
         self.sampling_rng = self.streams.generator("sampling")
@@ -406,8 +409,7 @@ class World:
 
     def payload_bytes(self, *tensors: torch.Tensor) -> int:
         """Bytes on the air for these tensors at the scenario's precision."""
-        bits = self.scenario.system.network.precision_bits
-        return sum(t.numel() for t in tensors) * bits // 8
+        return sum(t.numel() for t in tensors) * self._bits_per_param // 8
 
     def send_down(self, clients: Sequence[int], *tensors: torch.Tensor) -> dict[int, simpy.Event]:
         """The base station sends the same payload to a group; per-client arrival events.
@@ -494,8 +496,8 @@ class World:
     def _compute(
         self, client: int, steps: int, samples: int | None
     ) -> Generator[simpy.Event, None, None]:
-        per = self.scenario.system.compute.per
-        work_units = {"round": 1, "step": steps, "sample": samples or steps}[per]
+        per = self._compute_per
+        work_units = 1 if per == "round" else steps if per == "step" else samples or steps
         duration_s = self.compute_model.sample_s(
             self._compute_rngs[client], work_units, self.clients[client].speed
         )
@@ -520,15 +522,18 @@ class World:
         epochs: int | None = None,
         steps: int | None = None,
         train_indices: torch.Tensor | None = None,
-        **options: object,
+        prox_center: torch.Tensor | None = None,
+        prox_mu: float = 0.0,
+        distill: Distillation | None = None,
     ) -> Generator[simpy.Event, None, TrainResult]:
-        """Process body: the client's device spends its compute time, then the real training runs.
+        """Process body: the client's device spends its compute time, then returns its training.
 
-        The duration comes from the compute model (never from PyTorch's wall time here);
-        the training itself is done when that time has passed, so work cut short by a
-        dropout or a deadline costs nothing. ``epochs``/``steps`` override the scenario's
+        The duration comes from the compute model (never from PyTorch's wall time here).
+        The real training is queued when the compute time starts and runs when it ends, or
+        earlier, batched with another client's (see ``_run_queued``); work dropped before it
+        ran (a dropout, a deadline) costs nothing. ``epochs``/``steps`` override the scenario's
         local work, ``train_indices`` restricts it to part of the client's training data (e.g.
-        with a held-out validation part); ``options`` (e.g. prox_center) go to ``Trainer.train``.
+        with a held-out validation part); the other options are ``Trainer.train``'s.
         """
         training = self.scenario.training
         if epochs is None and steps is None:
@@ -540,14 +545,56 @@ class World:
         trainer = self.trainer_of(client)
         steps = trainer.num_steps(len(y), epochs=epochs, steps=steps)
         samples = trainer.samples_processed(len(y), steps)
-        yield from self.work(client, steps, samples)
         if self.timing_only:
+            yield from self.work(client, steps, samples)
             return TrainResult(params, math.nan, steps, samples)
+        # Counted in trainings finished (a client trains one model at a time).
         seed = self.streams.integer_seed("batches", client, self._trainings_done[client])
+        center = prox_center if prox_mu else None
+        job = _QueuedTraining(trainer, params, x, y, steps, seed, center, prox_mu, distill)
+        self._training_queue[job] = None
+        try:
+            yield from self.work(client, steps, samples)
+        except simpy.Interrupt:
+            self._training_queue.pop(job, None)  # never run, unless batched with another
+            raise
         self._trainings_done[client] += 1
-        result = trainer.train(params, x, y, steps=steps, seed=seed, **options)
+        result = job.result if job.result is not None else self._run_queued(job)
         self.recorder.add_training(result.mean_loss, result.samples)
         return result
+
+    @functools.cached_property
+    def _training_queue(self) -> dict[_QueuedTraining, None]:
+        """Trainings whose compute time is running, in the order they started (a set)."""
+        return {}
+
+    def _run_queued(self, due: _QueuedTraining) -> TrainResult:
+        """Run a training whose compute time is over, with the queued ones it batches with.
+
+        Partners share the trainer and the training options but for the prox center; they
+        are taken only where the trainer's engine trains them all at once (vmap): a loop
+        gains nothing by running them early, and a task cancelled later would waste them.
+        """
+        queue = self._training_queue
+        batch = [due]
+        if due.trainer.engine_for(2, distill=due.distill) == "vmap":
+            batch = [job for job in queue if job.batches_with(due)]
+        engine = due.trainer.engine_for(len(batch), distill=due.distill)
+        for job in batch:
+            del queue[job]
+        results = due.trainer.train_many(
+            [job.params for job in batch],
+            [(job.x, job.y) for job in batch],
+            steps=[job.steps for job in batch],
+            seeds=[job.seed for job in batch],
+            engine=engine,
+            prox_center=[job.prox_center for job in batch] if due.prox_center is not None else None,
+            prox_mu=due.prox_mu,
+            distill=due.distill,
+        )
+        for job, result in zip(batch, results, strict=True):
+            job.result = result
+        return results[batch.index(due)]
 
     # --- tasks and the server's policy ---
 
@@ -718,12 +765,6 @@ class World:
         self.log.close()
         return self.recorder.close(complete=complete)
 
-    def _evaluate_client(self, client: Client, model: torch.Tensor | Ensemble) -> EvalResult:
-        trainer, x, y = self.trainer_of(client.id), client.shard.x_test, client.shard.y_test
-        if isinstance(model, Ensemble):
-            return trainer.evaluate_ensemble(model, x, y)
-        return trainer.evaluate(model, x, y)
-
     def _evaluate_pending(self) -> None:
         if self._unevaluated is None:
             return
@@ -741,13 +782,63 @@ class World:
             )
         else:
             clients = [c for c in clients if c.id in params]
-            results = [self._evaluate_client(c, params[c.id]) for c in clients]
+            results = self._evaluate_own_models(clients, params)
         scores = [
             ClientScore(client=c.id, group=c.shard.group, correct=r.correct, total=r.total)
             for c, r in zip(clients, results, strict=True)
         ]
         row = self.recorder.log_evaluation(time_s, round_index, scores, self._participants)
         self.log.emit("evaluate", round=round_index, accuracy=row["accuracy"])
+
+    def _evaluate_own_models(
+        self, clients: list[Client], params: Mapping[int, torch.Tensor | Ensemble]
+    ) -> list[EvalResult]:
+        """Each client's own model on its test set, all clients of one architecture at once
+        (an ensemble is evaluated on its own)."""
+        by_trainer: dict[Trainer, list[int]] = {}
+        results: dict[int, EvalResult] = {}
+        for i, c in enumerate(clients):
+            model = params[c.id]
+            if isinstance(model, Ensemble):  # a mix of models: its own pass per client
+                results[i] = self.trainer_of(c.id).evaluate_ensemble(
+                    model, c.shard.x_test, c.shard.y_test
+                )
+            else:
+                by_trainer.setdefault(self.trainer_of(c.id), []).append(i)
+        for trainer, members in by_trainer.items():
+            group = [clients[i] for i in members]
+            evaluated = trainer.evaluate_each(
+                [params[c.id] for c in group],
+                [c.shard.x_test for c in group],
+                [c.shard.y_test for c in group],
+            )
+            results.update(zip(members, evaluated, strict=True))
+        return [results[i] for i in range(len(clients))]
+
+
+@dataclass(eq=False)
+class _QueuedTraining:
+    """A training whose compute time is running; ``result`` is set once it has run."""
+
+    trainer: Trainer
+    params: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+    steps: int
+    seed: int
+    prox_center: torch.Tensor | None
+    prox_mu: float
+    distill: Distillation | None
+    result: TrainResult | None = None
+
+    def batches_with(self, other: _QueuedTraining) -> bool:
+        """Same trainer and options (the prox center may differ), so one train_many runs both."""
+        return (
+            self.trainer is other.trainer
+            and (self.prox_center is None) == (other.prox_center is None)
+            and self.prox_mu == other.prox_mu
+            and self.distill is other.distill
+        )
 
 
 def _interrupt(task: Task, cause: str) -> None:

@@ -25,6 +25,7 @@ import math
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 import simpy
 
@@ -38,8 +39,13 @@ class Flow:
 
     ``done`` succeeds (value None) when the last bit has arrived; it never triggers
     for a cancelled flow. ``started_s`` is when the flow entered the medium, queue
-    included.
+    included. Slots: a run creates one flow per transfer, tens of thousands of them.
     """
+
+    __slots__ = (
+        "num_bytes", "rate_bps", "setup_s", "done", "started_s", "_env", "_medium", "_seq",
+        "_bits", "_mark_s", "_speed_bps", "_cancelled",
+    )  # fmt: skip
 
     def __init__(
         self, medium: Medium, num_bytes: int, rate_bps: float, seq: int, setup_s: float = 0.0
@@ -133,15 +139,16 @@ class Medium(ABC):
             raise ValueError("flow has already finished")
         return self._withdraw(flow)
 
-    def _wake_at(self, delay_s: float, callback: Callable[[], None]) -> None:
-        self.env.timeout(max(delay_s, 0.0)).callbacks.append(lambda _event: callback())
+    def _wake_at(self, delay_s: float, callback: Callable[[simpy.Event | None], None]) -> None:
+        """Call callback(the timeout event) after delay_s: no wrapper, one call per wake-up."""
+        self.env.timeout(max(delay_s, 0.0)).callbacks.append(callback)
 
-    def _after_setup(self, flow: Flow, begin: Callable[[], None]) -> None:
-        """Call begin once the flow's set-up time has passed (at once if it has none)."""
+    def _after_setup(self, flow: Flow, begin: Callable[[simpy.Event | None], None]) -> None:
+        """Call begin once the flow's set-up time has passed (at once, with None, if none)."""
         if flow.setup_s:
             self._wake_at(flow.setup_s, begin)
         else:
-            begin()
+            begin(None)
 
     @abstractmethod
     def _admit(self, flow: Flow) -> None: ...
@@ -163,14 +170,14 @@ class DedicatedMedium(Medium):
 
     def _admit(self, flow: Flow) -> None:
         self._flows.add(flow)
-        self._after_setup(flow, lambda: self._transmit(flow))
+        self._after_setup(flow, partial(self._transmit, flow))
 
-    def _transmit(self, flow: Flow) -> None:
+    def _transmit(self, flow: Flow, _wake: simpy.Event | None = None) -> None:
         if flow in self._flows:  # else it was cancelled during its set-up
             flow._set_speed(flow.rate_bps)
-            self._wake_at(8.0 * flow.num_bytes / flow.rate_bps, lambda: self._complete(flow))
+            self._wake_at(8.0 * flow.num_bytes / flow.rate_bps, partial(self._complete, flow))
 
-    def _complete(self, flow: Flow) -> None:
+    def _complete(self, flow: Flow, _wake: simpy.Event | None = None) -> None:
         if flow in self._flows:  # else it was cancelled: a stale wake-up
             self._flows.remove(flow)
             flow._finish()
@@ -200,19 +207,19 @@ class FifoMedium(Medium):
 
     def _serve(self, flow: Flow) -> None:
         self._serving = flow
-        self._after_setup(flow, lambda: self._transmit(flow))
+        self._after_setup(flow, partial(self._transmit, flow))
 
-    def _transmit(self, flow: Flow) -> None:
+    def _transmit(self, flow: Flow, _wake: simpy.Event | None = None) -> None:
         if flow is self._serving:  # else it was cancelled during its set-up
             flow._set_speed(flow.rate_bps)
-            self._wake_at(8.0 * flow.num_bytes / flow.rate_bps, lambda: self._complete(flow))
+            self._wake_at(8.0 * flow.num_bytes / flow.rate_bps, partial(self._complete, flow))
 
     def _serve_next(self) -> None:
         self._serving = None
         if self._queue:
             self._serve(self._queue.popleft())
 
-    def _complete(self, flow: Flow) -> None:
+    def _complete(self, flow: Flow, _wake: simpy.Event | None = None) -> None:
         if flow is self._serving:  # else it was cancelled: a stale wake-up
             flow._finish()
             self._serve_next()
@@ -251,9 +258,9 @@ class SharedMedium(Medium):
 
     def _admit(self, flow: Flow) -> None:
         self._in_setup.add(flow)
-        self._after_setup(flow, lambda: self._enter(flow))
+        self._after_setup(flow, partial(self._enter, flow))
 
-    def _enter(self, flow: Flow) -> None:
+    def _enter(self, flow: Flow, _wake: simpy.Event | None = None) -> None:
         if flow in self._in_setup:  # else it was cancelled during its set-up
             self._in_setup.remove(flow)
             bisect.insort(self._flows, flow, key=_cap_order)
@@ -286,9 +293,11 @@ class SharedMedium(Medium):
         tol_s = SIMULTANEOUS_REL_TOL * (abs(self.env.now) + first_s)
         ending = [f for f, s in zip(self._flows, left_s, strict=True) if s - first_s <= tol_s]
         generation = self._generation
-        self._wake_at(first_s, lambda: self._complete(ending, generation))
+        self._wake_at(first_s, partial(self._complete, ending, generation))
 
-    def _complete(self, ending: list[Flow], generation: int) -> None:
+    def _complete(
+        self, ending: list[Flow], generation: int, _wake: simpy.Event | None = None
+    ) -> None:
         if generation != self._generation:
             return  # superseded by a later re-plan
         ended = set(ending)

@@ -1,0 +1,1 @@
+"""Performance benchmarks (scripts, not tests): run ``python -m benchmarks.<name>``."""

@@ -1,0 +1,47 @@
+"""Smoke test of the benchmark scripts at tiny sizes: they run and report sane fields.
+
+No timing is asserted: figures depend on the machine; only their presence and signs are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks import run_all
+from tests.conftest import requires_real_data
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+@requires_real_data
+@pytest.mark.parametrize("name", list(run_all.BENCHMARKS))
+def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
+    results = run_all.main(["--quick", "--only", name, "--out", str(tmp_path)])[name]
+    written = json.loads((tmp_path / f"{name}.json").read_text())
+    assert written["benchmark"] == name and "cpu" in written["machine"]
+    assert name in json.loads((tmp_path / "all.json").read_text())
+    if name == "training_throughput":
+        assert _positive(results["matmul_peak_gflops"])
+        for row in results["rows"]:
+            assert "error" in row or (_positive(row["samples_per_s"]) and _positive(row["gflops"]))
+    elif name == "naive_vs_fedsim":
+        (row,) = results["rows"]
+        assert _positive(row["speedup"]) and _positive(row["naive_s_per_round"])
+        assert row["same_results"], row
+    elif name == "event_throughput":
+        timing = results["timing_only"]
+        assert timing["events"] > 0 and _positive(timing["events_per_s"])
+        assert timing["share_of_bare_simpy"] > 0
+        full = results["full_run"]
+        assert 0 <= full["overhead_share"] < 1 and full["torch_s"] > 0
+    else:
+        fedsim, naive, ditto = results["rows"]
+        assert fedsim["tensors_held"] == 11  # the global model and 10 personal ones
+        assert all(_positive(r["rss_peak"]) and r["rss_peak"] >= r["rss_after_data"]
+                   for r in (fedsim, naive, ditto))  # fmt: skip
+        assert ditto["tensors_held"] == 10  # every client trained its personal model

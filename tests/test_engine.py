@@ -1,0 +1,190 @@
+"""Multi-client engines (Trainer.train_many / evaluate_each) and the World's batched trainings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from fedsim.config import ScenarioError, parse_scenario
+from fedsim.learn.models import build_model
+from fedsim.learn.trainer import OptimizerSpec, Trainer
+from fedsim.runner import build_dataset, build_trainers
+from tests.conftest import tiny_scenario
+from tests.test_fedavg_world import deterministic_compute, make_world, read_metrics, run_world
+
+SMALL = (1, 12, 12)  # keeps the cnn cheap; its layers are the FedAvg CNN's
+SGD = OptimizerSpec("sgd", lr=0.05, momentum=0.9, weight_decay=1e-3)
+ADAM = OptimizerSpec("adam", lr=1e-3, weight_decay=1e-3, betas=(0.8, 0.99))
+
+
+def client_data(sizes: list[int], seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randn(n, *SMALL, generator=g), torch.randint(0, 10, (n,), generator=g))
+        for n in sizes
+    ]
+
+
+def trainer_for(name: str, spec: OptimizerSpec, engine: str = "auto") -> Trainer:
+    torch.manual_seed(0)
+    model = build_model(name, SMALL, 10, hidden_sizes=(32, 16))
+    return Trainer(model, spec, batch_size=8, engine=engine)
+
+
+WORK = {
+    "epochs": {"epochs": 2},
+    "steps": {"steps": [5, 0, 3, 7]},
+    "prox": {"epochs": 1, "prox_mu": 0.5},
+}
+CASES = [("mlp", spec, work) for spec in (SGD, ADAM) for work in WORK] + [
+    ("cnn", SGD, "steps"),
+    ("cnn", ADAM, "steps"),
+    ("cnn", SGD, "prox"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "work"),
+    [pytest.param(n, s, WORK[w], id=f"{n}-{s.name}-{w}") for n, s, w in CASES],
+)
+def test_vmap_equals_loop(name: str, spec: OptimizerSpec, work: dict) -> None:
+    """Unequal client sizes (partial batches at different steps), unequal step counts."""
+    trainer = trainer_for(name, spec)
+    data = client_data([21, 13, 8, 30])  # 3, 2, 1 and 4 batches of 8 per epoch
+    params = [trainer.init_params(i) for i in range(4)]
+    if "prox_mu" in work:  # a center per client, as FedProx gives its clients
+        work = {**work, "prox_center": [trainer.init_params(10 + i) for i in range(4)]}
+    loop = trainer.train_many(params, data, seeds=[5, 6, 7, 8], engine="loop", **work)
+    vmap = trainer.train_many(params, data, seeds=[5, 6, 7, 8], engine="vmap", **work)
+    for start, a, b in zip(params, loop, vmap, strict=True):
+        assert (a.steps, a.samples) == (b.steps, b.samples)
+        moved = (a.params - start).norm()  # another batch order moves by ~30% of this
+        assert (b.params - a.params).norm() <= 1e-4 * moved
+        if a.steps:
+            assert moved > 0.01 and b.mean_loss == pytest.approx(a.mean_loss, rel=1e-5)
+    epochs = work.get("epochs")
+    assert [r.steps for r in loop] == (
+        [3 * epochs, 2 * epochs, epochs, 4 * epochs] if epochs else [5, 0, 3, 7]
+    )
+
+
+def test_loop_engine_is_train_call_by_call() -> None:
+    trainer = trainer_for("mlp", SGD)
+    data = client_data([21, 13])
+    params = [trainer.init_params(0), trainer.init_params(1)]
+    center = trainer.init_params(2)
+    many = trainer.train_many(
+        params, data, epochs=1, seeds=[3, 4], engine="loop", prox_center=center, prox_mu=0.1
+    )
+    for p, (x, y), s, result in zip(params, data, [3, 4], many, strict=True):
+        one = trainer.train(p, x, y, epochs=1, seed=s, prox_center=center, prox_mu=0.1)
+        assert torch.equal(one.params, result.params) and one.mean_loss == result.mean_loss
+
+
+def test_engine_policy() -> None:
+    mlp, cnn = trainer_for("mlp", SGD), trainer_for("cnn", SGD)
+    # Measured on CPU (module docstring): the loop is faster for every model family there.
+    assert mlp.engine_for(8) == "loop" and cnn.engine_for(8) == "loop"
+    assert mlp.engine_for(8, "vmap") == "vmap" and trainer_for("mlp", SGD, "vmap").engine_for(8)
+    assert trainer_for("cnn", SGD, "loop").engine_for(8, None) == "loop"
+    with pytest.raises(ValueError):
+        Trainer(nn.Linear(2, 2), SGD, batch_size=4, engine="gpu")  # type: ignore[arg-type]
+    stateful = Trainer(nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(144, 10)), SGD, 8)
+    assert stateful.engine_for(8, "vmap") == "loop"  # dropout would differ per client
+
+
+def test_engine_option_and_argument_checks(tmp_path: Path) -> None:
+    scenario = parse_scenario(tiny_scenario(tmp_path, training={"engine": "vmap"}))
+    assert build_trainers(scenario, build_dataset(scenario))[0].engine == "vmap"
+    assert parse_scenario(tiny_scenario(tmp_path)).training.engine == "auto"
+    with pytest.raises(ScenarioError):
+        parse_scenario(tiny_scenario(tmp_path, training={"engine": "gpu"}))
+    trainer = trainer_for("mlp", SGD)
+    data, params = client_data([8, 8]), [trainer.init_params(0)] * 2
+    with pytest.raises(ValueError, match="prox center"):
+        trainer.train_many(params, data, steps=1, seeds=[0, 1], prox_center=[params[0], None])
+    with pytest.raises(ValueError):
+        trainer.train_many(params, data, steps=[1, 2, 3], seeds=[0, 1])
+    assert trainer.train_many([], [], steps=1, seeds=[]) == []
+
+
+def test_evaluate_each_equals_per_client_evaluate() -> None:
+    for name in ("mlp", "cnn"):
+        trainer = trainer_for(name, SGD)
+        data = client_data([17, 40, 5, 23], seed=1)
+        params = [trainer.init_params(i) for i in range(4)]
+        xs, ys = [x for x, _ in data], [y for _, y in data]
+        single = [trainer.evaluate(p, x, y) for p, x, y in zip(params, xs, ys, strict=True)]
+        for engine in ("loop", "vmap"):
+            each = trainer.evaluate_each(params, xs, ys, engine=engine)
+            assert [(r.correct, r.total) for r in each] == [(r.correct, r.total) for r in single]
+            for r, s in zip(each, single, strict=True):
+                assert r.loss_sum == pytest.approx(s.loss_sum, rel=1e-5)
+        assert len({r.correct for r in single}) > 1  # the counts are informative
+
+
+# --- the World: queued trainings, batched when the engine is vmap ---
+
+
+@pytest.fixture
+def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many clients each Trainer.train_many call trained."""
+    sizes: list[int] = []
+    original = Trainer.train_many
+
+    def spy(self: Trainer, params, *args, **kwargs):
+        sizes.append(len(params))
+        return original(self, params, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "train_many", spy)
+    return sizes
+
+
+@pytest.mark.parametrize("algorithm", ["fedprox", "ditto", "local"])
+def test_batched_trainings_give_the_metrics_of_one_by_one(
+    tmp_path: Path, batch_sizes: list[int], algorithm: str
+) -> None:
+    """FedProx: a prox center per client; Ditto: two kinds of training per client; Local:
+    per-client models (batched evaluation) and trainings that batch across rounds."""
+
+    def run(engine: str, folder: str) -> tuple[str, list[int]]:
+        out = tmp_path / folder
+        data = tiny_scenario(
+            out, algorithms=[{"name": algorithm}], training={"engine": engine}, run={"rounds": 2}
+        )
+        run_world(make_world(data, out))
+        sizes = list(batch_sizes)
+        batch_sizes.clear()
+        return (out / "run" / "metrics.csv").read_text(), sizes
+
+    (_, loop_sizes), (vmap, vmap_sizes) = run("loop", "a"), run("vmap", "b")
+    assert set(loop_sizes) == {1} and max(vmap_sizes) > 1  # batched only with vmap
+    if algorithm == "local":  # batches form across rounds: the same run again, same bytes
+        assert run("vmap", "c")[0] == vmap
+    loop_rows, vmap_rows = (
+        read_metrics(tmp_path / "a" / "run"),
+        read_metrics(tmp_path / "b" / "run"),
+    )
+    assert len(loop_rows) == len(vmap_rows) == 2  # one row per round
+    for a, b in zip(loop_rows, vmap_rows, strict=True):
+        for key, value in a.items():
+            expected = pytest.approx(value, rel=1e-4, nan_ok=True) if key == "train_loss" else value
+            assert b[key] == expected, key
+
+
+def test_cancelled_or_lost_trainings_never_run(tmp_path: Path, batch_sizes: list[int]) -> None:
+    data = tiny_scenario(tmp_path, system=deterministic_compute(), training={"engine": "vmap"})
+    world = make_world(data, tmp_path)
+    params = world.initial_params()
+    tasks = {c: world.start_task(c, world.train(c, params)) for c in range(4)}
+    world.env.run(until=0.25)  # every compute time (0.5 s) is running
+    world.cancel(tasks[0])
+    world._set_online(1, False)
+    world.env.run(until=1.0)
+    assert batch_sizes == [2]  # clients 2 and 3, in one batch; 0 and 1 never trained
+    assert not tasks[0].delivered.triggered and not tasks[1].delivered.triggered
+    assert tasks[2].delivered.value.steps == tasks[3].delivered.value.steps > 0
+    assert not world._training_queue
