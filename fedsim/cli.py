@@ -38,9 +38,13 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fedsim.learn.trainer import configure_threads
     from fedsim.runner import run_scenario  # torch import only when training is asked for
 
     scenario = load_scenario(args.file)
+    if args.threads is not None and args.threads < 1:
+        return _report(ScenarioError("--threads", [f"must be >= 1, got {args.threads}"]))
+    configure_threads(args.threads)
     if args.output is not None:
         output = scenario.output.model_copy(update={"dir": args.output})
         scenario = scenario.model_copy(update={"output": output})
@@ -148,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--only", nargs="+", metavar="LABEL", help="run only these algorithm labels")
     run.add_argument("--output", type=Path, help="results root (overrides output.dir)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads for training (default: torch's; 1 is fastest when several runs "
+        "share a machine)",
+    )
     run.set_defaults(handler=_run)
 
     validate = commands.add_parser("validate", help="check scenario files without running")

@@ -166,3 +166,9 @@ def test_cli_run_with_missing_data_is_a_clear_error(tmp_path):
     assert result.returncode == 2
     assert "dataset:" in result.stderr and "nowhere" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cli_run_rejects_a_bad_thread_count(tmp_path):
+    result = run_cli("run", str(write(tmp_path, tiny_scenario(tmp_path))), "--threads", "0")
+    assert result.returncode == 2
+    assert "--threads" in result.stderr and "Traceback" not in result.stderr

@@ -63,12 +63,11 @@ def test_federico_learns_from_its_own_distribution_and_beats_local_and_fedavg(tm
 def test_cobo_recovers_the_four_clusters_and_beats_local_and_fedavg(tmp_path):
     data = real_scenario(
         tmp_path,
-        dataset={"name": "fashion_mnist", "num_samples": 8000, "partition": {"kind": "iid"},
+        dataset={"name": "fashion_mnist", "num_samples": 1600, "partition": {"kind": "iid"},
                  "group_shift": {"kind": "label_permutation", "groups": 4}},
         training={"optimizer": "sgd", "lr": 0.05, "batch_size": 64, "local_steps": 1,
                   "local_epochs": None},
-        algorithms=[{"name": "cobo", "weight_lr": 1.0, "penalty": 1.0,
-                     "pair_sampling": "constant"},
+        algorithms=[{"name": "cobo", "weight_lr": 0.1, "penalty": 2.0, "pair_sampling": "all"},
                     {"name": "local"}, {"name": "fedavg"}],
         run={"rounds": 150},
         evaluation={"every_rounds": 150},
