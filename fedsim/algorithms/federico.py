@@ -25,11 +25,14 @@ Choices where the paper is silent (spec §8), all parameters:
   as Eq. 8's sum over j includes i and "M = 0 ≈ Local Training" requires.
 - The E-step loss is summed over the local training set, as Alg. 1 and Eq. 3 write it
   (``loss_reduction``, ``loss_on``: the mean, or the gradient's mini-batch). Measured on
-  Fashion-MNIST label splits (8 clients, 2 groups): the sum sends all of a client's weight
-  to clients of its own group (own-group mass 1.0) but nearly one-hot, on one model per
-  group; the mean keeps the weights smooth, and because disjoint label sets do not
-  conflict, every model is trained by both groups and the weights do not separate
-  (own-group mass 0.47, 0.43 for uniform weights); both reach about the same accuracy.
+  Fashion-MNIST label splits (8 clients, 2 or 4 groups): with the sum, each group's clients
+  all put their weight (nearly one-hot) on one shared model, and no two groups share one
+  (co-reliance W Wᵀ is 1 within groups, 0 across). That model is trained by its users (Eq. 8)
+  and may be owned by a client of another group: after the first round the optimistic
+  L̂ = 0 of unexplored peers leaves every client's own model with w_ii ≈ 0. The mean keeps
+  the weights smooth, and because disjoint label sets do not conflict, every model is
+  trained by both groups and the weights do not separate (own-group mass 0.47, 0.43 for
+  uniform weights); both reach about the same accuracy.
 - One gradient step per round on one mini-batch of ``training.batch_size`` (Alg. 1).
 - Compute time: one training step per gradient, and each loss pass over n_i samples counted
   as n_i / 3 training samples (a forward pass is about a third of forward + backward).
