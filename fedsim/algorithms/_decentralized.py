@@ -31,13 +31,13 @@ class RoundMessages:
     def __init__(self, world: World) -> None:
         self.world = world
         self._tasks: list[Task] = []
-        self._inbox: dict[tuple[str, int, int], simpy.Event] = {}
+        self._inbox: dict[tuple[str, int], dict[int, simpy.Event]] = {}  # (kind, to) -> sender
 
     def expect(self, kind: str, sender: int, receiver: int) -> simpy.Event:
-        key = (kind, sender, receiver)
-        if key not in self._inbox:
-            self._inbox[key] = self.world.env.event()
-        return self._inbox[key]
+        slots = self._inbox.setdefault((kind, receiver), {})
+        if sender not in slots:
+            slots[sender] = self.world.env.event()
+        return slots[sender]
 
     def send(
         self, kind: str, sender: int, receiver: int, *tensors: torch.Tensor, payload: object = None
@@ -51,11 +51,8 @@ class RoundMessages:
 
     def delivered(self, kind: str, receiver: int) -> dict[int, object]:
         """sender -> payload of the messages of this kind that reached the receiver so far."""
-        return {
-            sender: slot.value
-            for (k, sender, to), slot in self._inbox.items()
-            if k == kind and to == receiver and slot.triggered
-        }
+        slots = self._inbox.get((kind, receiver), {})
+        return {sender: slot.value for sender, slot in slots.items() if slot.triggered}
 
     def close(self) -> None:
         for task in self._tasks:

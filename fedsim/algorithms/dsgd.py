@@ -33,8 +33,8 @@ from fedsim.world import World
 
 def mixing_weights(world: World, client: int) -> dict[int, float]:
     """Metropolis–Hastings weights of the client's row over its present neighbours."""
-    degree = {c: len(world.peers_of(c)) for c in [client, *world.peers_of(client)]}
-    return {j: 1 / (1 + max(degree[client], degree[j])) for j in world.peers_of(client)}
+    peers = world.peers_of(client)
+    return {j: 1 / (1 + max(len(peers), len(world.peers_of(j)))) for j in peers}
 
 
 def run(world: World, config: DsgdConfig) -> Generator[simpy.Event, object, None]:
@@ -45,7 +45,6 @@ def run(world: World, config: DsgdConfig) -> Generator[simpy.Event, object, None
     world.on_leave = lambda client: models.pop(client, None)
     models |= {c: initial for c in world.client_ids}
     world.set_models(models)
-    mixing = np.full((len(world.clients),) * 2, np.nan)
     for round_index in world.rounds():
         clients = yield from world.online_clients()
         messages = RoundMessages(world)
