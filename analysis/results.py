@@ -161,3 +161,53 @@ def time_to_target(run: Run, target: float) -> float | None:
     """Simulated time at which the mean accuracy first reaches ``target``, or None if never."""
     reached = np.flatnonzero(run.columns["accuracy"] >= target)
     return float(run.columns["time_s"][reached[0]]) if reached.size else None
+
+
+@dataclass(frozen=True)
+class SeedAggregate:
+    """One run label's summaries over the seeds of a ``seed`` sweep: mean and spread, so a
+    ranking can be read without picking a lucky seed."""
+
+    label: str  # the run label without its ``seed=N`` part
+    seeds: int
+    final_mean: float
+    final_std: float  # population standard deviation over the seeds (0 for one seed)
+    worst_mean: float
+    reached: int  # seeds whose run reached the target accuracy
+    median_time_to_target_s: float | None  # over the seeds that reached it
+
+
+def _without_seed(label: str) -> str | None:
+    """``cobo@groups=2,seed=3`` -> ``cobo@groups=2``; None if the label has no seed part."""
+    name, _, suffix = label.partition("@")
+    parts = suffix.split(",") if suffix else []
+    kept = [p for p in parts if not p.startswith("seed=")]
+    if len(kept) == len(parts):
+        return None
+    return f"{name}@{','.join(kept)}" if kept else name
+
+
+def across_seeds(summaries: Sequence[dict]) -> list[SeedAggregate]:
+    """Group ``summary.json`` contents whose labels differ only in ``seed=N`` (first-seen order)."""
+    groups: dict[str, list[dict]] = {}
+    for summary in summaries:
+        label = _without_seed(summary["algorithm"])
+        if label is not None:
+            groups.setdefault(label, []).append(summary)
+    aggregates = []
+    for label, runs in groups.items():
+        finals = np.array([r["final_accuracy"] for r in runs], dtype=float)
+        worst = np.array([r["final_worst_accuracy"] for r in runs], dtype=float)
+        times = [r["time_to_target_s"] for r in runs if r["time_to_target_s"] is not None]
+        aggregates.append(
+            SeedAggregate(
+                label=label,
+                seeds=len(runs),
+                final_mean=float(finals.mean()),
+                final_std=float(finals.std()),
+                worst_mean=float(worst.mean()),
+                reached=len(times),
+                median_time_to_target_s=float(np.median(times)) if times else None,
+            )
+        )
+    return aggregates

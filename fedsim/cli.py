@@ -53,11 +53,35 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted: what was measured is in {scenario.results_dir()}", file=sys.stderr)
         return 130
-    for label_dir in sorted(p for p in results_dir.iterdir() if (p / "summary.json").exists()):
-        summary = json.loads((label_dir / "summary.json").read_text())
+    summaries = [
+        json.loads((label_dir / "summary.json").read_text())
+        for label_dir in sorted(results_dir.iterdir())
+        if (label_dir / "summary.json").exists()
+    ]
+    for summary in summaries:
         print(_summary_line(summary))
+    _print_across_seeds(summaries)
     print(f"results: {results_dir}")
     return 0
+
+
+def _print_across_seeds(summaries: list[dict]) -> None:
+    from analysis.results import across_seeds
+
+    aggregates = across_seeds(summaries)
+    if aggregates:
+        print("across seeds (mean ± sd of the final mean accuracy):")
+    for a in sorted(aggregates, key=lambda a: -a.final_mean):
+        time = (
+            ""
+            if a.median_time_to_target_s is None
+            else f", median {a.median_time_to_target_s:.1f}s"
+        )
+        print(
+            f"{a.label:>16}: final {100 * a.final_mean:.1f} ± {100 * a.final_std:.1f}% "
+            f"(worst client {100 * a.worst_mean:.1f}%) over {a.seeds} seeds, "
+            f"target reached in {a.reached}/{a.seeds}{time}"
+        )
 
 
 def _summary_line(summary: dict) -> str:

@@ -617,6 +617,11 @@ class CoboConfig(DecentralizedConfig):
     local_steps: PositiveInt = Field(
         default=1, description="SGD steps per round (paper: 1) with the penalty held fixed"
     )
+    weight_batch_size: PositiveInt | None = Field(
+        default=None,
+        description="mini-batch of each midpoint gradient (default training.batch_size; "
+        "capped at the client's training set, which then gives its full gradient)",
+    )
     join_weight: UnitInterval = Field(
         default=0.0, description="w between a newcomer and everyone (1 would drag all to it)"
     )
@@ -755,6 +760,28 @@ class Scenario(_Strict):
                 raise ValueError(
                     f"algorithms[{i}].name: dsgd gossips with its D2D neighbours: add a "
                     "system.d2d section (its graph)"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _cobo_penalty_step_is_stable(self) -> Scenario:
+        """CoBo's X-step is an explicit gradient step on ρ Σ_k w_ik ||x_i − x_k||²/2: with
+        W⁰ = 1 every client pulls every other, and with SGD the step contracts the models'
+        differences only while lr · ρ · (n − 1) < 2 (1 + momentum); beyond that they blow up
+        before the W-step can cut the links."""
+        training = self.training
+        if training.optimizer != "sgd":
+            return self
+        bound = 2 * (1 + training.momentum)
+        for i, algorithm in enumerate(self.algorithms):
+            if not isinstance(algorithm, CoboConfig):
+                continue
+            step = training.lr * algorithm.penalty * (self.clients.count - 1)
+            if step >= bound:
+                raise ValueError(
+                    f"algorithms[{i}].penalty: lr x penalty x (clients - 1) = {step:.3g} with "
+                    f"W0 = 1, at or over {bound:g}: the penalized SGD step diverges; use "
+                    f"penalty < {bound / (training.lr * max(self.clients.count - 1, 1)):.3g}"
                 )
         return self
 

@@ -18,7 +18,7 @@ from analysis import (
     plot_time_to_accuracy,
     time_to_target,
 )
-from analysis.results import METRIC_COLUMNS
+from analysis.results import METRIC_COLUMNS, across_seeds
 
 HEADER = ",".join(METRIC_COLUMNS)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -263,3 +263,30 @@ def test_plot_async_draws_updates_and_staleness(tmp_path):
         runs.append((label, run_dir))
     out = plot_async(runs, tmp_path / "asynchrony.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+
+
+def _seed_summary(label: str, final: float, worst: float, time_s: float | None) -> dict:
+    return {"algorithm": label, "final_accuracy": final, "final_worst_accuracy": worst,
+            "time_to_target_s": time_s}  # fmt: skip
+
+
+def test_across_seeds_groups_labels_that_differ_only_in_the_seed() -> None:
+    summaries = [
+        _seed_summary("cobo@seed=1", 0.70, 0.60, 50.0),
+        _seed_summary("cobo@seed=2", 0.74, 0.64, None),
+        _seed_summary("cobo@seed=3", 0.72, 0.62, 30.0),
+        _seed_summary("local@groups=2,seed=1", 0.65, 0.5, 10.0),
+        _seed_summary("local@groups=2,seed=2", 0.67, 0.5, 20.0),
+        _seed_summary("local@groups=4,seed=1", 0.90, 0.8, 5.0),
+        _seed_summary("fedavg", 0.5, 0.4, None),  # not swept over seeds: left out
+    ]
+    by_label = {a.label: a for a in across_seeds(summaries)}
+    assert list(by_label) == ["cobo", "local@groups=2", "local@groups=4"]
+    cobo = by_label["cobo"]
+    assert (cobo.seeds, cobo.reached) == (3, 2)
+    assert cobo.final_mean == pytest.approx(0.72)
+    assert cobo.final_std == pytest.approx(np.std([0.70, 0.74, 0.72]))
+    assert cobo.worst_mean == pytest.approx(0.62)
+    assert cobo.median_time_to_target_s == pytest.approx(40.0)
+    assert by_label["local@groups=2"].final_mean == pytest.approx(0.66)
+    assert by_label["local@groups=4"].final_std == 0.0

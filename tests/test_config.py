@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -172,3 +173,14 @@ def test_cli_run_rejects_a_bad_thread_count(tmp_path):
     result = run_cli("run", str(write(tmp_path, tiny_scenario(tmp_path))), "--threads", "0")
     assert result.returncode == 2
     assert "--threads" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cli_run_over_seeds_prints_each_run_and_the_mean_over_seeds(tmp_path):
+    data = tiny_scenario(tmp_path, algorithms=[{"name": "local"}], sweep={"seed": [1, 2]})
+    result = run_cli("run", str(write(tmp_path, data)), "--quiet", "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    finals = [float(x) for x in re.findall(r"local@seed=\d: final ([\d.]+)%", result.stdout)]
+    assert len(finals) == 2
+    mean = re.search(r"local: final ([\d.]+) ± ([\d.]+)% .* over 2 seeds", result.stdout)
+    assert mean is not None, result.stdout
+    assert float(mean[1]) == pytest.approx(sum(finals) / 2, abs=0.06)

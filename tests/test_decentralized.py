@@ -157,6 +157,23 @@ def test_cobo_messages_follow_the_sampled_pairs_and_nonzero_weights(tmp_path):
     assert np.allclose(history[-1], history[-1].T)  # both sides of a pair agree
 
 
+def test_cobo_weight_batch_size_at_the_data_size_uses_full_midpoint_gradients(tmp_path):
+    gamma = 1e-3
+    algorithm = {"name": "cobo", "pair_sampling": "all", "weight_lr": gamma,
+                 "weight_batch_size": 100_000}  # fmt: skip
+    data = decentralized(tmp_path, algorithm, run={"rounds": 1})
+    state = CoboState()
+    world = run_with_state(data, tmp_path, run_cobo, state)
+    x0 = world.initial_params()  # round 1: every model is x0, and so is every midpoint
+    full = [
+        world.trainer.gradient(x0, c.shard.x_train, c.shard.y_train) for c in world.clients
+    ]
+    expected = np.array([[min(1.0, 1 + gamma * float(gi @ gj)) for gj in full] for gi in full])
+    off_diagonal = ~np.eye(6, dtype=bool)
+    assert (expected[off_diagonal] < 1).any()  # some pairs conflict: the check has teeth
+    assert np.allclose(state.weights[off_diagonal], expected[off_diagonal], rtol=0, atol=1e-6)
+
+
 def test_dsgd_gossips_one_model_per_directed_edge_with_metropolis_weights(tmp_path):
     data = decentralized(
         tmp_path,
@@ -247,6 +264,15 @@ def test_decentralized_configs_are_checked(tmp_path):
     churn = tiny_scenario(tmp_path, algorithms=[{"name": "federico"}], clients=CHURN)
     with pytest.raises(ScenarioError, match="deadline_s"):
         parse_scenario(churn)
+    # lr * penalty * (6 - 1) = 2.5: the explicit penalty step overshoots while W0 = 1
+    unstable = tiny_scenario(
+        tmp_path, training={"optimizer": "sgd", "lr": 0.5},
+        algorithms=[{"name": "cobo", "penalty": 1.0}],
+    )  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"algorithms\[0\]\.penalty: .* = 2\.5 .*diverges"):
+        parse_scenario(unstable)
+    merge_into(unstable, {"training": {"momentum": 0.5}})  # heavy ball: the bound is 3
+    assert parse_scenario(unstable).algorithms[0].penalty == 1.0
     with pytest.raises(ScenarioError, match="rho"):  # the penalty is `penalty`, not rho
         parse_scenario(tiny_scenario(tmp_path, algorithms=[{"name": "cobo", "rho": 1}]))
 

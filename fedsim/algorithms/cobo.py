@@ -25,7 +25,15 @@ Pair sampling, p = ``pair_probability`` (default 1/n, n the present clients):
 first T0 = ⌈``switch_fraction`` · rounds⌉ rounds, then p·T0/t (or p·√(T0/t)), continuous at
 the switch; ``all`` every pair every round (Table 1's "no sampling").
 
+The X-step is the paper's explicit step: with SGD it is stable only while
+η ρ Σ_k w_ik < 2 (1 + momentum), and at W⁰ = 1 the sum is n − 1, so the scenario check
+rejects lr · ρ · (n − 1) at or over that bound (the models would blow up before the W-step
+cuts any link); a larger n needs a smaller ρ.
+
 Choices where the paper is silent (spec §7–8), all parameters:
+- ``weight_batch_size`` (default: the training batch size, as the paper's "stochastic
+  gradients"): the mini-batch of each midpoint gradient; Theorem 1 (B) asks for a large
+  enough one. A value at or over a client's training set gives its full gradient.
 - Weights are symmetric: the lower id of a pair computes the update and tells the other.
   If that WEIGHT message is lost, the two views differ until the pair meets again.
 - ``local_steps`` > 1 (a deviation; the paper takes one step per round) repeats the X-step's
@@ -153,18 +161,21 @@ def client_round(
     held = {}  # models of this round's partners, received in the W-step
     # As the follower: answer each probe with x_i and ∇f_i(midpoint), then await the weight.
     answers = [
-        world.start_task(client, answer_probe(world, state, client, i, x_i, messages), timed=False)
+        world.start_task(
+            client, answer_probe(world, config, state, client, i, x_i, messages), timed=False
+        )
         for i in follows
     ]
     replies = [messages.expect("reply", j, client) for j in leads]
     got = yield from wait_for(world, replies, timeout_s)
     if got:
-        yield from world.work(client, steps=len(got))
+        batch = weight_batch_size(world, config, client)
+        yield from world.work(client, steps=len(got), samples=len(got) * batch)
     for j, x_j, g_j in got:
         held[j] = x_j
         midpoint = (x_i + x_j) / 2
         if not world.timing_only:
-            g_i = midpoint_gradient(world, client, midpoint, j)
+            g_i = midpoint_gradient(world, config, client, midpoint, j)
             state.weights[client, j] = float(
                 np.clip(state.weights[client, j] + config.weight_lr * float(g_i @ g_j), 0, 1)
             )
@@ -201,6 +212,7 @@ def client_round(
 
 def answer_probe(
     world: World,
+    config: CoboConfig,
     state: CoboState,
     client: int,
     leader: int,
@@ -210,20 +222,30 @@ def answer_probe(
     """The follower's part of a pair: x_i and ∇f_i(midpoint) to the leader, then adopt the
     weight the leader computed (so both views agree)."""
     x_leader = yield messages.expect("probe", leader, client)
-    yield from world.work(client, steps=1)
+    yield from world.work(client, steps=1, samples=weight_batch_size(world, config, client))
     midpoint = (x_leader + x_i) / 2
-    gradient = midpoint if world.timing_only else midpoint_gradient(world, client, midpoint, leader)
+    gradient = (
+        midpoint
+        if world.timing_only
+        else midpoint_gradient(world, config, client, midpoint, leader)
+    )
     messages.send("reply", client, leader, x_i, gradient, payload=(client, x_i, gradient))
     state.weights[client, leader] = yield messages.expect("weight", leader, client)
     return leader, x_leader
 
 
+def weight_batch_size(world: World, config: CoboConfig, client: int) -> int:
+    """Samples behind one midpoint gradient (at most the client's whole training set)."""
+    size = config.weight_batch_size or world.trainer.batch_size
+    return min(size, world.clients[client].shard.num_train)
+
+
 def midpoint_gradient(
-    world: World, client: int, midpoint: torch.Tensor, partner: int
+    world: World, config: CoboConfig, client: int, midpoint: torch.Tensor, partner: int
 ) -> torch.Tensor:
     """∇f_client at the pair's midpoint, on one mini-batch of the client's training data."""
     shard = world.clients[client].shard
     rng = world.streams.generator("cobo_batch", client, partner, world.round_index or 0)
-    size = min(world.trainer.batch_size, shard.num_train)
+    size = weight_batch_size(world, config, client)
     rows = torch.from_numpy(rng.choice(shard.num_train, size, replace=False))
     return world.trainer.gradient(midpoint, shard.x_train[rows], shard.y_train[rows])
