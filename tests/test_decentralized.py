@@ -165,9 +165,7 @@ def test_cobo_weight_batch_size_at_the_data_size_uses_full_midpoint_gradients(tm
     state = CoboState()
     world = run_with_state(data, tmp_path, run_cobo, state)
     x0 = world.initial_params()  # round 1: every model is x0, and so is every midpoint
-    full = [
-        world.trainer.gradient(x0, c.shard.x_train, c.shard.y_train) for c in world.clients
-    ]
+    full = [world.trainer.gradient(x0, c.shard.x_train, c.shard.y_train) for c in world.clients]
     expected = np.array([[min(1.0, 1 + gamma * float(gi @ gj)) for gj in full] for gi in full])
     off_diagonal = ~np.eye(6, dtype=bool)
     assert (expected[off_diagonal] < 1).any()  # some pairs conflict: the check has teeth
