@@ -101,6 +101,22 @@ def test_federico_weights_are_a_softmax_of_the_moving_average_of_losses(tmp_path
     assert np.allclose(saved.weights, weights, equal_nan=True)
 
 
+def test_federico_ensemble_renormalizes_over_held_models_without_underflow(tmp_path):
+    data = decentralized(tmp_path, {"name": "federico", "neighbours": 1}, run={"rounds": 2})
+    state = FedericoState()
+    world = run_with_state(data, tmp_path, run_federico, state)
+    held = [0, *state.cache[0]]
+    unexplored = next(j for j in world.client_ids if j not in held)
+    # Summed losses of hundreds against an unexplored peer's optimistic 0: in w_0 every
+    # model client 0 holds underflows to exactly 0, all the mass sits on one it lacks.
+    state.ema_loss[0, :] = 800.0 + np.arange(len(state.ema_loss))
+    state.ema_loss[0, unexplored] = 0.0
+    assert all(state.weights(0, world.client_ids)[j] == 0.0 for j in held)
+    ensemble = world._models[0]
+    expected = np.exp(-(state.ema_loss[0, held] - state.ema_loss[0, held].min()))
+    assert ensemble.weights == pytest.approx(tuple(expected / expected.sum()))
+
+
 def test_epsilon_greedy_takes_the_top_weights_or_explores():
     rng = np.random.default_rng(0)
     weights = {0: 0.1, 1: 0.5, 2: 0.05, 3: 0.3, 4: 0.05}

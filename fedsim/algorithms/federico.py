@@ -124,10 +124,12 @@ def run(
         own = state.models[client]
         if not config.ensemble:
             return own
-        weights = state.weights(client, world.client_ids)
         members = {client: own} | state.cache[client]
-        mass = sum(weights[j] for j in members)
-        return Ensemble(tuple(members.values()), tuple(weights[j] / mass for j in members))
+        # w_ij renormalized over the models i holds, as a softmax over just those: the same
+        # numbers, but it cannot underflow to 0/0 when the weight sits on a model i lacks
+        # (an unexplored peer's optimistic L̂ = 0 against summed losses of hundreds).
+        weights = state.weights(client, list(members))
+        return Ensemble(tuple(members.values()), tuple(weights.values()))
 
     world.on_join, world.on_leave = join, leave
     for client in world.client_ids:
