@@ -14,7 +14,6 @@ a server learns of it only through its own policy (a deadline), never by being t
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import itertools
 import math
@@ -196,6 +195,8 @@ class World:
         self._bits_per_param = system.network.precision_bits
         self._trainings_done = [0] * num_clients
         self._device_queue: dict[int, list[simpy.Event]] = {}  # busy devices: who waits next
+        # Trainings whose compute time is running, in the order they started (a set).
+        self._training_queue: dict[_QueuedTraining, None] = {}
         self.sampling_rng = self.streams.generator("sampling")
         self._departure_rng = self.streams.generator("departures", 1)
         self._unevaluated: tuple[int, float, Models] | None = None
@@ -562,11 +563,6 @@ class World:
         result = job.result if job.result is not None else self._run_queued(job)
         self.recorder.add_training(result.mean_loss, result.samples)
         return result
-
-    @functools.cached_property
-    def _training_queue(self) -> dict[_QueuedTraining, None]:
-        """Trainings whose compute time is running, in the order they started (a set)."""
-        return {}
 
     def _run_queued(self, due: _QueuedTraining) -> TrainResult:
         """Run a training whose compute time is over, with the queued ones it batches with.

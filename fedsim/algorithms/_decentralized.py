@@ -103,7 +103,7 @@ class WeightHistory:
     def record(self, round_index: int, weights: np.ndarray) -> None:
         self.latest = np.array(weights, dtype=float)
         if round_index % self.stride == 0:
-            self.snapshots.append(np.array(weights, dtype=float))
+            self.snapshots.append(self.latest)  # never written to: a new array each round
             self.times_s.append(self.world.env.now)
             self.rounds.append(round_index)
         if round_index % self.save_every_rounds == 0:

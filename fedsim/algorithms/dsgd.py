@@ -31,10 +31,10 @@ from fedsim.learn.aggregate import weighted_average
 from fedsim.world import World
 
 
-def mixing_weights(world: World, client: int) -> dict[int, float]:
-    """Metropolis–Hastings weights of the client's row over its present neighbours."""
-    peers = world.peers_of(client)
-    return {j: 1 / (1 + max(len(peers), len(world.peers_of(j)))) for j in peers}
+def mixing_weights(peers: dict[int, list[int]], client: int) -> dict[int, float]:
+    """Metropolis–Hastings weights of the client's row over its present neighbours
+    (``peers``: the present neighbours of this client and of every present one)."""
+    return {j: 1 / (1 + max(len(peers[client]), len(peers[j]))) for j in peers[client]}
 
 
 def run(world: World, config: DsgdConfig) -> Generator[simpy.Event, object, None]:
@@ -53,9 +53,12 @@ def run(world: World, config: DsgdConfig) -> Generator[simpy.Event, object, None
         finished = yield from run_round(world, config, bodies)
         messages.close()
         mixing = np.full((len(world.clients),) * 2, np.nan)
+        # Neighbour lists once per round; a client that trained may have left since, and its
+        # row still mixes what reached it.
+        peers = {c: world.peers_of(c) for c in {*world.client_ids, *trained}}
         for i, params in trained.items():
             received = messages.delivered("model", i)
-            weights = {j: w for j, w in mixing_weights(world, i).items() if j in received}
+            weights = {j: w for j, w in mixing_weights(peers, i).items() if j in received}
             own = 1.0 - sum(weights.values())
             mixing[i, world.client_ids] = 0.0
             mixing[i, i], mixing[i, list(weights)] = own, list(weights.values())
