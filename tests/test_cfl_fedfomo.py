@@ -61,6 +61,22 @@ def test_bipartition_matches_scipy_complete_linkage():
         assert sorted(cfl.bipartition(similarity)) == expected
 
 
+def test_bipartition_of_a_slightly_asymmetric_similarity():
+    # X Xᵀ from another BLAS kernel: symmetric up to the 7th digit. Nudging the lower triangle
+    # up makes argmin name (i, j) with i > j first, which once merged the wrong groups and
+    # popped past the end of the list (IndexError on AMD CPUs).
+    rng = np.random.default_rng(1)
+    centers = np.eye(8)[:2]
+    points = np.repeat(centers, [4, 3], axis=0) + 0.05 * rng.normal(size=(7, 8))
+    directions = points / np.linalg.norm(points, axis=1, keepdims=True)
+    similarity = directions @ directions.T
+    expected = [[0, 1, 2, 3], [4, 5, 6]]
+    assert cfl.bipartition(similarity) == expected
+    nudged = similarity + np.tril(np.full((7, 7), 3e-7), k=-1)
+    assert cfl.bipartition(nudged) == expected
+    assert cfl.bipartition(nudged.T) == expected
+
+
 # --- bytes from the recorder -------------------------------------------------------------------
 
 

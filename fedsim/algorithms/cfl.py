@@ -143,8 +143,8 @@ def split(
     """Bipartition the members who sent updates; place the others by their last update."""
     senders = [c for c in sorted(cluster.members) if c in updates]
     stacked = torch.stack([updates[c] for c in senders])
-    directions = F.normalize(stacked, dim=1)
-    parts = bipartition((directions @ directions.T).double().numpy())
+    directions = F.normalize(stacked, dim=1).double()
+    parts = bipartition((directions @ directions.T).numpy())
     halves = [Cluster({senders[k] for k in part}, cluster.model) for part in parts]
     half_directions = F.normalize(torch.stack([stacked[part].mean(dim=0) for part in parts]), dim=1)
     for client in sorted(cluster.members - set(senders)):
@@ -160,12 +160,16 @@ def bipartition(similarity: np.ndarray) -> list[list[int]]:
 
     Complete linkage: the distance between two groups is the largest distance between their
     members, so a merge of a and b leaves max(d(k, a), d(k, b)) to any other group k.
+    A similarity computed as X Xᵀ is symmetric only up to rounding, which differs between
+    BLAS kernels (CPUs): the mean of it and its transpose is exactly symmetric, and the merge
+    does not depend on which of the pair ``argmin`` names first.
     """
     groups = [[i] for i in range(len(similarity))]
-    distance = -np.asarray(similarity, dtype=float)
+    similarity = np.asarray(similarity, dtype=float)
+    distance = -(similarity + similarity.T) / 2
     np.fill_diagonal(distance, np.inf)
     while len(groups) > 2:
-        a, b = np.unravel_index(np.argmin(distance), distance.shape)  # a < b: first hit
+        a, b = sorted(np.unravel_index(np.argmin(distance), distance.shape))
         groups[a] += groups.pop(b)
         distance[a] = distance[:, a] = np.maximum(distance[a], distance[b])
         distance[a, a] = np.inf
