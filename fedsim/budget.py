@@ -19,25 +19,35 @@ from fedsim.learn.data import FederatedDataset
 from fedsim.learn.trainer import Trainer
 from fedsim.recorder import Recorder
 from fedsim.sim.compute import harmonic_number
-from fedsim.world import World
+from fedsim.world import BREAKDOWN, World
 
 
 @dataclass(frozen=True)
 class Budget:
-    """One algorithm's budget; per-round figures are means over its rounds."""
+    """One algorithm's budget; per-round figures are means over its rounds.
+
+    The breakdown of a participant's round (queueing for and on the air in each direction,
+    compute, idle) is None where no round has server-gathered participants to break down
+    (``local``, asynchronous servers).
+    """
 
     algorithm: str
     rounds: int
     time_s: float
-    round_s: float
-    downlink_s: float
-    compute_s: float
-    uplink_s: float
-    waiting_s: float
+    round_s: float | None
+    downlink_queue_s: float | None
+    downlink_s: float | None
+    compute_s: float | None
+    uplink_queue_s: float | None
+    uplink_s: float | None
+    waiting_s: float | None
     uplink_bytes_per_round: float
     downlink_bytes_per_round: float
     d2d_bytes_per_round: float
     wasted_bytes_per_round: float
+    uplink_transmissions_per_round: float
+    downlink_transmissions_per_round: float
+    d2d_transmissions_per_round: float
     uplink_bytes: int
     downlink_bytes: int
     d2d_bytes: int
@@ -70,30 +80,32 @@ def budget_algorithm(
     log = world.log
     count = max(len(rows), 1)
 
-    def mean(column: str) -> float:
-        values = [r[column] for r in rows if not math.isnan(r[column])]
-        return float(np.mean(values)) if values else math.nan
+    def mean(values: list[float]) -> float | None:
+        values = [v for v in values if not math.isnan(v)]
+        return float(np.mean(values)) if values else None
 
-    end_s = rows[-1]["end_s"] if rows else 0.0
+    breakdown = {part: mean([r[part] for r in rows]) for part in (*BREAKDOWN, "waiting_s")}
     return Budget(
         algorithm=algorithm.run_label,
         rounds=len(rows),
-        time_s=end_s,
-        round_s=float(np.mean([r["end_s"] - r["start_s"] for r in rows])) if rows else math.nan,
-        downlink_s=mean("downlink_s"),
-        compute_s=mean("compute_s"),
-        uplink_s=mean("uplink_s"),
-        waiting_s=mean("waiting_s"),
+        time_s=rows[-1]["end_s"] if rows else 0.0,
+        round_s=mean([r["end_s"] - r["start_s"] for r in rows]),
+        **breakdown,
         uplink_bytes_per_round=log.uplink_bytes / count,
         downlink_bytes_per_round=log.downlink_bytes / count,
         d2d_bytes_per_round=log.d2d_bytes / count,
         wasted_bytes_per_round=log.wasted_bytes / count,
+        uplink_transmissions_per_round=log.transmissions["uplink"] / count,
+        downlink_transmissions_per_round=log.transmissions["downlink"] / count,
+        d2d_transmissions_per_round=log.transmissions["d2d"] / count,
         uplink_bytes=log.uplink_bytes,
         downlink_bytes=log.downlink_bytes,
         d2d_bytes=log.d2d_bytes,
         wasted_bytes=log.wasted_bytes,
         participants_per_round=float(np.mean([r["completed"] for r in rows])) if rows else 0.0,
-        closed_form_round_s=closed_form_round_s(scenario, algorithm, world),
+        closed_form_round_s=world.closed_form_round_s
+        if world.closed_form_round_s is not None
+        else closed_form_round_s(scenario, algorithm, world),
     )
 
 
@@ -152,28 +164,58 @@ def closed_form_round_s(
 
 
 def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) -> str:
-    """A readable table: per-round time breakdown and bytes, then totals."""
+    """Two readable tables, time per round (its breakdown) and traffic per round, then notes."""
+
+    def cell(value: float | None, width: int, digits: int = 3) -> str:
+        return f"{'n/a':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
+    name_width = max([12, *(len(b.algorithm) for b in budgets)])
+    time_columns = (
+        "rounds", "round_s", "closed_form_s", "dl_queue_s", "downlink_s", "compute_s",
+        "ul_queue_s", "uplink_s", "waiting_s", "total_s",
+    )  # fmt: skip
+    traffic_columns = (
+        "up_MB/rnd", "down_MB/rnd", "d2d_MB/rnd", "up_tx/rnd", "down_tx/rnd", "d2d_tx/rnd",
+        "wasted_MB", "total_MB",
+    )  # fmt: skip
     lines = [
         f"scenario {scenario.name}: {scenario.clients.count} clients, model "
         f"{scenario.model.name} ({model_bytes:,} bytes per model message)",
         "",
-        f"{'algorithm':>12} {'rounds':>6} {'round_s':>9} {'closed_form_s':>13} {'downlink_s':>10} "
-        f"{'compute_s':>9} {'uplink_s':>9} {'waiting_s':>9} {'up_MB/rnd':>9} {'down_MB/rnd':>11} "
-        f"{'d2d_MB/rnd':>10} {'wasted_MB':>9} {'total_s':>9} {'total_MB':>9}",
+        f"{'time per round':>{name_width}} " + " ".join(f"{c:>13}" for c in time_columns),
     ]
     for b in budgets:
-        closed = "-" if b.closed_form_round_s is None else f"{b.closed_form_round_s:.3f}"
+        times = (b.round_s, b.closed_form_round_s, b.downlink_queue_s, b.downlink_s, b.compute_s)
+        times += (b.uplink_queue_s, b.uplink_s, b.waiting_s)
+        lines.append(
+            f"{b.algorithm:>{name_width}} {b.rounds:>13} "
+            + " ".join(cell(t, 13) for t in times)
+            + f" {b.time_s:>13.1f}"
+        )
+    lines += ["", f"{'traffic':>{name_width}} " + " ".join(f"{c:>11}" for c in traffic_columns)]
+    for b in budgets:
+        per_round = (b.uplink_bytes_per_round, b.downlink_bytes_per_round, b.d2d_bytes_per_round)
+        transmissions = (
+            b.uplink_transmissions_per_round,
+            b.downlink_transmissions_per_round,
+            b.d2d_transmissions_per_round,
+        )
         total_mb = (b.uplink_bytes + b.downlink_bytes + b.d2d_bytes) / 1e6
         lines.append(
-            f"{b.algorithm:>12} {b.rounds:>6} {b.round_s:>9.3f} {closed:>13} {b.downlink_s:>10.3f} "
-            f"{b.compute_s:>9.3f} {b.uplink_s:>9.3f} {b.waiting_s:>9.3f} "
-            f"{b.uplink_bytes_per_round / 1e6:>9.3f} {b.downlink_bytes_per_round / 1e6:>11.3f} "
-            f"{b.d2d_bytes_per_round / 1e6:>10.3f} {b.wasted_bytes / 1e6:>9.3f} "
-            f"{b.time_s:>9.1f} {total_mb:>9.2f}"
+            f"{b.algorithm:>{name_width}} "
+            + " ".join(cell(v / 1e6, 11) for v in per_round)
+            + " "
+            + " ".join(cell(v, 11, 1) for v in transmissions)
+            + f" {cell(b.wasted_bytes / 1e6, 11)} {cell(total_mb, 11, 2)}"
         )
-    lines.append("")
-    lines.append(
-        "round time = downlink + compute + uplink + waiting for each participant (means); "
-        "closed_form_s: E[round] where exact, '-' otherwise"
-    )
+    lines += [
+        "",
+        "round_s = dl_queue_s + downlink_s + compute_s + ul_queue_s + uplink_s + waiting_s for "
+        "the mean participant: waiting for the base station's transmitter and on the air, "
+        "computing, waiting for the uplink medium (TDMA) and on the air, then idle until the "
+        "round closes (or at a barrier).",
+        "closed_form_s: E[round time] where a closed form is exact, n/a otherwise. Breakdown "
+        "n/a: no server round to break down (local training, asynchronous servers). "
+        "_tx/rnd: transmissions started per round (a multicast counts once).",
+    ]
     return "\n".join(lines)

@@ -26,8 +26,9 @@ METRICS_COLUMNS = (
 )  # fmt: skip
 CLIENT_COLUMNS = ("time_s", "round", "client", "group", "accuracy", "num_test")
 ROUND_COLUMNS = (
-    "round", "start_s", "end_s", "selected", "completed", "dropped", "downlink_s", "compute_s",
-    "uplink_s", "waiting_s", "uplink_bytes", "downlink_bytes", "d2d_bytes", "wasted_bytes",
+    "round", "start_s", "end_s", "selected", "completed", "dropped", "downlink_queue_s",
+    "downlink_s", "compute_s", "uplink_queue_s", "uplink_s", "waiting_s", "uplink_bytes",
+    "downlink_bytes", "d2d_bytes", "wasted_bytes",
 )  # fmt: skip
 ACTIVITY_COLUMNS = ("time_s", "present", "online")
 

@@ -18,8 +18,9 @@ import gc
 import itertools
 import math
 import zlib
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import simpy
@@ -76,28 +77,41 @@ class Client:
 
 @dataclass(eq=False, slots=True)
 class Task:
-    """A piece of work a client does for the server; ``delivered`` fires only on success."""
+    """A piece of work a client does for the server; ``delivered`` fires only on success.
+
+    A timed task sums where its time went: its downlink transmissions waiting for the base
+    station's transmitter (``downlink_queue_s``) and on the air (``downlink_s``), its compute,
+    its uploads waiting for the medium (a TDMA slot) and on the air.
+    """
 
     client: int
     started_s: float
     delivered: simpy.Event
     process: simpy.Process | None = None
     compute_started_s: float | None = None
+    downlink_queue_s: float = 0.0
+    downlink_s: float = 0.0
     compute_s: float = 0.0
+    uplink_queue_s: float = 0.0
     uplink_s: float = 0.0
+
+
+BREAKDOWN = ("downlink_queue_s", "downlink_s", "compute_s", "uplink_queue_s", "uplink_s")
+"""A participant's round time, part by part; ``waiting_s`` (idle until the round closes,
+or at a barrier) is the rest."""
 
 
 @dataclass
 class RoundStats:
-    """Participation and the per-participant time breakdown of one synchronous round."""
+    """Participation and the per-participant time breakdown of one synchronous round
+    (means over the participants the server kept; NaN when there were none)."""
 
     selected: int = 0
     completed: int = 0
     dropped: int = 0
-    downlink_s: float = math.nan
-    compute_s: float = math.nan
-    uplink_s: float = math.nan
-    waiting_s: float = math.nan
+    breakdown: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys((*BREAKDOWN, "waiting_s"), math.nan)
+    )
     finished_tasks: list[Task] = field(default_factory=list)
 
 
@@ -204,6 +218,8 @@ class World:
         self._rounds_completed = 0
         self._participants = 0
         self._last_evaluated_s: float | None = None
+        # E[round time] by the algorithm's own closed form, where exact (the budget prints it).
+        self.closed_form_round_s: float | None = None
 
         self.log.emit("run_start", clients=sorted(self.present))
         self._log_activity()
@@ -417,15 +433,27 @@ class World:
 
         A client that is offline when the transmission ends misses it: its event never fires.
         """
-        return self.network.send_down(clients, self.payload_bytes(*tensors))
+        arrivals = self.network.send_down(clients, self.payload_bytes(*tensors))
+        for client, arrival in arrivals.items():
+            arrival.callbacks.append(partial(self._note_downlink, client))
+        return arrivals
+
+    def _note_downlink(self, client: int, arrival: simpy.Event) -> None:
+        """Charge a model that reached the client before it computes to its timed task."""
+        task = self._current_task.get(client)
+        if task is not None and task.compute_started_s is None:
+            queued_s, air_s = arrival.value
+            task.downlink_queue_s += queued_s
+            task.downlink_s += air_s
 
     def upload(self, client: int, *tensors: torch.Tensor) -> Generator[simpy.Event, None, None]:
         """Process body: the client sends these tensors to the base station."""
         started_s = self.env.now
-        yield from self.network.upload(client, self.payload_bytes(*tensors))
+        _, air_s = yield from self.network.upload(client, self.payload_bytes(*tensors))
         task = self._current_task.get(client)
         if task is not None:
-            task.uplink_s += self.env.now - started_s
+            task.uplink_queue_s += self.env.now - started_s - air_s
+            task.uplink_s += air_s
 
     def send_peer(
         self, sender: int, receiver: int, *tensors: torch.Tensor
@@ -497,10 +525,8 @@ class World:
     def _compute(
         self, client: int, steps: int, samples: int | None
     ) -> Generator[simpy.Event, None, None]:
-        per = self._compute_per
-        work_units = 1 if per == "round" else steps if per == "step" else samples or steps
         duration_s = self.compute_model.sample_s(
-            self._compute_rngs[client], work_units, self.clients[client].speed
+            self._compute_rngs[client], self._work_units(steps, samples), self.clients[client].speed
         )
         task = self._current_task.get(client)
         if task is not None and task.compute_started_s is None:
@@ -514,6 +540,21 @@ class World:
         self.log.emit("train_end", client=client)
         if task is not None:
             task.compute_s += duration_s
+
+    def _work_units(self, steps: int, samples: int | None) -> int:
+        per = self._compute_per
+        return 1 if per == "round" else steps if per == "step" else samples or steps
+
+    def compute_scale(self, client: int) -> float:
+        """A standard local training's compute time is this x (T_min + Exp(mean)), plus the
+        heavy tail if any: its work units (1, its steps or its samples, by compute.per) over
+        the device's speed. For an algorithm's model of its own round time."""
+        training = self.scenario.training
+        trainer = self.trainer_of(client)
+        n = self.num_train(client)
+        steps = trainer.num_steps(n, epochs=training.local_epochs, steps=training.local_steps)
+        units = self._work_units(steps, trainer.samples_processed(n, steps))
+        return units / self.clients[client].speed
 
     def train(
         self,
@@ -653,14 +694,23 @@ class World:
             remaining_s = self._round_started_s + deadline_s - self.env.now
             yield enough | self.env.timeout(max(0.0, remaining_s))
         kept = arrivals[:needed]
+        yield from self.cancel_unfinished(tasks.values())
         for client in arrivals[needed:]:
             nbytes = self.payload_bytes(*_tensors_of(tasks[client].delivered.value))
             self.log.update_dropped(client, nbytes, reason="surplus", round_index=self.round_index)
-        for task in tasks.values():
-            if not task.delivered.triggered:
-                self.cancel(task)
         self._note_round(tasks, kept)
         return {client: tasks[client].delivered.value for client in kept}
+
+    def cancel_unfinished(self, tasks: Iterable[Task]) -> Generator[simpy.Event, object, None]:
+        """Process body: give up on the tasks that have not delivered, and return once they
+        have stopped (at this same instant), so the bytes they had on the air are logged as
+        wasted before the round closes, in the round that cut them."""
+        stopping = [task.process for task in tasks if not task.delivered.triggered]
+        stopping = [process for process in stopping if process is not None and process.is_alive]
+        for process in stopping:
+            process.interrupt(CANCELLED)
+        if stopping:
+            yield self.env.all_of(stopping)
 
     def _note_round(self, tasks: Mapping[int, Task], kept: list[int]) -> None:
         stats = self._round_stats
@@ -727,14 +777,12 @@ class World:
         duration_s = now - self._round_started_s
         finished = stats.finished_tasks
         if finished:
-            downlink = [(t.compute_started_s or now) - t.started_s for t in finished]
-            compute = [t.compute_s for t in finished]
-            uplink = [t.uplink_s for t in finished]
-            waiting = [
-                duration_s - d - c - u for d, c, u in zip(downlink, compute, uplink, strict=True)
-            ]
-            stats.downlink_s, stats.compute_s = float(np.mean(downlink)), float(np.mean(compute))
-            stats.uplink_s, stats.waiting_s = float(np.mean(uplink)), float(np.mean(waiting))
+            parts = np.array([[getattr(t, part) for part in BREAKDOWN] for t in finished])
+            # Idle time is what the parts leave of the round: clamp the rounding of a
+            # participant that was busy until the very end.
+            idle = np.maximum(duration_s - parts.sum(axis=1), 0.0)
+            means = [*parts.mean(axis=0), idle.mean()]
+            stats.breakdown = dict(zip(stats.breakdown, map(float, means), strict=True))
         self.log.emit("round_end", round=round_index)
         self.recorder.log_round(
             round_index=round_index,
@@ -743,10 +791,7 @@ class World:
             selected=stats.selected,
             completed=stats.completed,
             dropped=stats.dropped,
-            downlink_s=stats.downlink_s,
-            compute_s=stats.compute_s,
-            uplink_s=stats.uplink_s,
-            waiting_s=stats.waiting_s,
+            **stats.breakdown,
         )
 
     def finish(self, *, complete: bool) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import subprocess
@@ -93,12 +94,40 @@ def test_media_match_their_closed_forms(tmp_path, network, closed_form):
     assert budget.downlink_bytes_per_round == PAYLOAD
 
 
-def test_round_breakdown_adds_up(tmp_path):
-    data = tiny_scenario(tmp_path, system={"network": {"uplink_medium": "tdma"}})
+@pytest.mark.parametrize("downlink", ["broadcast", "unicast"])
+def test_round_breakdown_splits_queueing_from_air_time(tmp_path, downlink):
+    # 6 clients, deterministic compute, TDMA slots of 0.01 + t_ul each: the i-th uploader
+    # idles (6 - i) slots after its upload; after a broadcast it queues (i - 1) slots, after
+    # unicast copies (each waiting i - 1 copies) it arrives i - 1 copies later, so it queues
+    # (i - 1) (slot - copy)
+    data = tiny_scenario(
+        tmp_path,
+        system={
+            "network": {"uplink_medium": "tdma", "downlink": downlink},
+            "compute": {"t_min_s": 0.5, "mean_extra_s": 0.0},
+        },
+    )
     [budget] = budgets(data)
-    parts = budget.downlink_s + budget.compute_s + budget.uplink_s + budget.waiting_s
-    assert parts == pytest.approx(budget.round_s)
-    assert budget.waiting_s > 0  # TDMA: the first uploader waits for the last
+    t_ul = 8 * PAYLOAD / 1e6
+    uplink_slot, copy_s = 0.01 + t_ul, 0.01 + t_ul / 4  # tiny: 1 Mbit/s up, rho 4, 10 ms
+    assert budget.uplink_s == pytest.approx(uplink_slot)  # on the air, not ~3.5 slots
+    staggered_s = copy_s if downlink == "unicast" else 0.0
+    assert budget.uplink_queue_s == pytest.approx(2.5 * (uplink_slot - staggered_s))
+    assert budget.downlink_s == pytest.approx(copy_s)
+    assert budget.downlink_queue_s == pytest.approx(2.5 * copy_s if downlink == "unicast" else 0)
+    assert budget.compute_s == pytest.approx(0.5)
+    parts = [budget.downlink_queue_s, budget.downlink_s, budget.compute_s]
+    parts += [budget.uplink_queue_s, budget.uplink_s, budget.waiting_s]
+    assert min(parts) >= 0
+    assert sum(parts) == pytest.approx(budget.round_s)
+    assert budget.waiting_s == pytest.approx(2.5 * uplink_slot)
+
+
+def test_breakdown_is_not_applicable_without_server_rounds(tmp_path):
+    data = tiny_scenario(tmp_path, algorithms=[{"name": "local"}, {"name": "fedbuff"}])
+    local, fedbuff = budgets(data)
+    for budget in (local, fedbuff):
+        assert budget.compute_s is None and budget.waiting_s is None and budget.round_s > 0
 
 
 def test_over_selection_keeps_the_first_k(tmp_path):
@@ -288,3 +317,24 @@ def test_time_cadence_measures_at_fixed_instants_even_when_rounds_stall(tmp_path
     for label in ("local", "fedavg"):
         times = [row["time_s"] for row in read_metrics(results_dir / label)]
         assert times == pytest.approx([2.5 * k for k in range(1, 9)])  # the last one is at 20 s
+
+
+def test_uploads_cut_by_a_deadline_are_wasted_in_the_round_that_cut_them(tmp_path):
+    # every upload starts at T_dl + 0.5 s + 10 ms and is half on the air at the deadline
+    t_ul = 8 * PAYLOAD / 1e6
+    deadline_s = (0.01 + t_ul / 4) + 0.5 + 0.01 + t_ul / 2
+    data = tiny_scenario(
+        tmp_path,
+        system={"compute": {"t_min_s": 0.5, "mean_extra_s": 0.0}},
+        algorithms=[{"name": "fedavg", "deadline_s": deadline_s}],
+        run={"rounds": 3},
+    )
+    results_dir = run_scenario(parse_scenario(data), show_progress=False)
+    with (results_dir / "fedavg" / "rounds.csv").open() as f:
+        cumulative = [int(row["wasted_bytes"]) for row in csv.DictReader(f)]
+    per_round = np.diff([0, *cumulative])
+    assert per_round == pytest.approx([6 * PAYLOAD / 2] * 3, abs=6)  # rounding: a byte each
+    metrics = read_metrics(results_dir / "fedavg")
+    assert [int(row["wasted_bytes"]) for row in metrics] == cumulative
+    summary = json.loads((results_dir / "fedavg" / "summary.json").read_text())
+    assert summary["wasted_bytes"] == cumulative[-1] == per_round.sum()

@@ -54,10 +54,10 @@ class RoundMessages:
         slots = self._inbox.get((kind, receiver), {})
         return {sender: slot.value for sender, slot in slots.items() if slot.triggered}
 
-    def close(self) -> None:
-        for task in self._tasks:
-            if not task.delivered.triggered:
-                self.world.cancel(task)
+    def close(self) -> Generator[simpy.Event, object, None]:
+        """Process body: cancel the messages still on the air (their bytes are this round's
+        waste)."""
+        yield from self.world.cancel_unfinished(self._tasks)
         self._tasks.clear()
 
 

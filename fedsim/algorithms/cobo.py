@@ -141,7 +141,7 @@ def run(
             i: client_round(world, config, state, i, pairs, models_now, messages) for i in clients
         }
         finished = yield from run_round(world, config, bodies)
-        messages.close()
+        yield from messages.close()
         history.record(round_index, state.weight_matrix(world.client_ids))
         world.end_round(round_index, dict(state.models), participants=len(finished))
 

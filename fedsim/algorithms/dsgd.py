@@ -51,7 +51,7 @@ def run(world: World, config: DsgdConfig) -> Generator[simpy.Event, object, None
         trained: dict[int, torch.Tensor] = {}
         bodies = {i: gossip_round(world, i, models, trained, messages) for i in clients}
         finished = yield from run_round(world, config, bodies)
-        messages.close()
+        yield from messages.close()
         mixing = np.full((len(world.clients),) * 2, np.nan)
         # Neighbour lists once per round; a client that trained may have left since, and its
         # row still mixes what reached it.

@@ -153,7 +153,7 @@ def run(
             for i in clients
         }
         finished = yield from run_round(world, config, bodies)
-        messages.close()
+        yield from messages.close()
         for owner in list(state.models):
             gradients = list(messages.delivered("gradient", owner).values())
             gradients += [own_gradient[owner]] if owner in own_gradient else []

@@ -83,6 +83,7 @@ class EventLog:
         self.d2d_bytes = 0
         self.wasted_bytes = 0
         self.sent_bytes = 0
+        self.transmissions = dict.fromkeys(DIRECTIONS, 0)  # transfers started, per direction
         self._counters: dict[str, Callable[[Mapping[str, Any]], None]] = {
             "send_start": self._count_start,
             "send_end": self._count_end,
@@ -163,6 +164,7 @@ class EventLog:
             raise ValueError(f"a transfer cannot carry {num_bytes} bytes")
         to_base_station = not fields.get("receivers")
         self._open[transfer] = _OpenTransfer(direction, int(num_bytes), to_base_station)
+        self.transmissions[direction] += 1
         self._next_transfer = transfer + 1
 
     def _count_end(self, fields: Mapping[str, Any]) -> None:

@@ -39,12 +39,14 @@ class Flow:
 
     ``done`` succeeds (value None) when the last bit has arrived; it never triggers
     for a cancelled flow. ``started_s`` is when the flow entered the medium, queue
-    included. Slots: a run creates one flow per transfer, tens of thousands of them.
+    included; ``served_s`` when it got the medium (its set-up began): the two differ only
+    in a FIFO medium, where a flow waits for those ahead of it.
+    Slots: a run creates one flow per transfer, tens of thousands of them.
     """
 
     __slots__ = (
-        "num_bytes", "rate_bps", "setup_s", "done", "started_s", "_env", "_medium", "_seq",
-        "_bits", "_mark_s", "_speed_bps", "_cancelled",
+        "num_bytes", "rate_bps", "setup_s", "done", "started_s", "served_s", "_env", "_medium",
+        "_seq", "_bits", "_mark_s", "_speed_bps", "_cancelled",
     )  # fmt: skip
 
     def __init__(
@@ -55,7 +57,7 @@ class Flow:
         self.rate_bps = rate_bps
         self.setup_s = setup_s
         self.done = env.event()
-        self.started_s = env.now
+        self.started_s = self.served_s = env.now
         self._env = env
         self._medium = medium
         self._seq = seq  # arrival order within its medium: FIFO order and tie-breaks
@@ -207,6 +209,7 @@ class FifoMedium(Medium):
 
     def _serve(self, flow: Flow) -> None:
         self._serving = flow
+        flow.served_s = self.env.now
         self._after_setup(flow, partial(self._transmit, flow))
 
     def _transmit(self, flow: Flow, _wake: simpy.Event | None = None) -> None:

@@ -113,8 +113,9 @@ class Network:
         num_bytes: int,
         rate_bps: float,
         latency_s: float,
-    ) -> Generator[simpy.Event, None, list[int]]:
-        """Process body of one transfer; returns the receivers online when it ended."""
+    ) -> Generator[simpy.Event, None, tuple[list[int], float]]:
+        """Process body of one transfer; returns the receivers online when it ended and its
+        air time (from getting the medium to the last bit: set-up included, queue not)."""
         transfer = self.log.transfer_start(
             direction, num_bytes, sender, receivers, self.round_index
         )
@@ -127,10 +128,13 @@ class Network:
             raise
         reached = [r for r in receivers if self.is_online(r)]
         self.log.transfer_end(transfer, reached)
-        return reached
+        return reached, self.env.now - flow.served_s
 
-    def upload(self, client: int, num_bytes: int) -> Generator[simpy.Event, None, list[int]]:
-        """Process body: the client sends num_bytes to the base station.
+    def upload(
+        self, client: int, num_bytes: int
+    ) -> Generator[simpy.Event, None, tuple[list[int], float]]:
+        """Process body: the client sends num_bytes to the base station; returns ([], its air
+        time), so the time spent queueing for the medium is the rest of the call.
 
         Returns the transfer's generator itself rather than wrapping it: one generator frame
         fewer to resume at every event of the upload.
@@ -144,7 +148,8 @@ class Network:
         """Start sending the same payload to every client of the group.
 
         Returns per-client delivery events; a client offline at the end of its
-        transmission misses it (its event never fires).
+        transmission misses it (its event never fires). An event's value is (seconds the
+        client's transmission waited for the transmitter since this call, its air time).
         """
         delivered = {client: self.env.event() for client in clients}
         groups = [list(clients)] if self.downlink_mode == "broadcast" else [[c] for c in clients]
@@ -154,13 +159,15 @@ class Network:
     def _transmit(
         self, groups: list[list[int]], num_bytes: int, delivered: dict[int, simpy.Event]
     ) -> Generator[simpy.Event, None, None]:
+        requested_s = self.env.now
         for group in groups:
             rate_bps, latency_s = self._group_rate(group)
-            reached = yield from self._transfer(
+            reached, air_s = yield from self._transfer(
                 self._transmitter, "downlink", None, group, num_bytes, rate_bps, latency_s
             )
+            queued_s = self.env.now - air_s - requested_s
             for client in reached:
-                delivered[client].succeed()
+                delivered[client].succeed((queued_s, air_s))
 
     def send_peer(
         self, sender: int, receiver: int, num_bytes: int
@@ -173,7 +180,7 @@ class Network:
         delivered = self.env.event()
         route = peer_route(self.graph, sender, receiver, self.relay)
         if route.direct:
-            reached = yield from self._transfer(
+            reached, _ = yield from self._transfer(
                 self._d2d, "d2d", sender, [receiver], num_bytes, route.rate_bps, route.latency_s
             )
             if reached:
