@@ -505,6 +505,12 @@ class UcflConfig(SyncServerConfig):
     bandwidth: Literal["row", "symmetric"] = Field(
         default="row", description="2 sigma_i^2 (eq. 9) or 2 sqrt(sigma_i^2 sigma_j^2) (code)"
     )
+    timing: Literal["pipelined", "barrier"] = Field(
+        default="pipelined",
+        description="pipelined: a stream's members start computing when their stream arrives "
+        "and upload when done; barrier (the paper's T_round): everyone starts when the last "
+        "stream is sent and uploads once every participant has computed",
+    )
 
 
 class PerFedCktConfig(SyncServerConfig):

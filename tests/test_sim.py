@@ -7,6 +7,7 @@ import pytest
 import simpy
 
 from fedsim.sim import Link, Network, ShiftedExponential, harmonic_number, transfer_time_s
+from fedsim.sim.compute import expected_max_completion_s
 from fedsim.sim.events import EventLog
 
 
@@ -110,6 +111,19 @@ def test_rejects_unknown_media():
         make_network("parallel", "multicast-ish")
     with pytest.raises(ValueError, match="capacity"):
         make_network("shared", "broadcast")
+
+
+def test_expected_max_completion_has_the_harmonic_closed_form_and_matches_monte_carlo():
+    assert expected_max_completion_s([2.0] * 50, [1.0] * 50, 1.0, 0.5) == pytest.approx(
+        2.0 + 1.0 + harmonic_number(50) * 0.5
+    )
+    assert expected_max_completion_s([0.0, 3.0], [1.0, 2.0], 1.0, 0.0) == 5.0  # deterministic
+    rng = np.random.default_rng(0)
+    offsets, scales = rng.uniform(0, 3, 40), rng.uniform(0.5, 2, 40)
+    draws = offsets + scales * (1.0 + rng.exponential(0.8, (20_000, 40)))
+    monte_carlo = draws.max(axis=1)
+    expected = expected_max_completion_s(offsets, scales, 1.0, 0.8)
+    assert expected == pytest.approx(monte_carlo.mean(), abs=4 * monte_carlo.std() / 141)
 
 
 def test_harmonic_numbers():

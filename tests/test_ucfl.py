@@ -14,6 +14,7 @@ from fedsim.learn.clustering import kmeans, silhouette
 from fedsim.runner import run_scenario
 from tests.conftest import requires_real_data, tiny_scenario
 from tests.test_fedavg_world import MLP_32_PARAMS, read_metrics
+from tests.test_system_model import budgets
 
 
 def test_weights_follow_equation_9():
@@ -63,6 +64,52 @@ def test_setup_and_rounds_move_what_the_paper_says(tmp_path):
         assert int(row["downlink_bytes"]) == model_bytes * (1 + 2 * r)  # theta0 + k streams
         assert int(row["uplink_bytes"]) == setup_up + r * m * model_bytes
     assert float(rounds[0]["start_s"]) > 0  # the setup round takes simulated time
+
+
+T_DL_S = 8 * MLP_32_PARAMS * 4 / 4e6  # one model at rho x 1 Mbit/s
+H_100 = sum(1 / r for r in range(1, 101))
+
+
+def ucfl_budget(tmp_path, timing: str, rounds: int, **algorithm: object):
+    """100 clients, k = 4 streams, rho = 4, T_min = mean = T_dl, parallel uplink, no latency."""
+    data = tiny_scenario(
+        tmp_path,
+        clients={"count": 100},
+        dataset={"num_samples": 3000},
+        system={
+            "network": {"uplink_mbps": 1.0, "rho": 4.0, "latency_s": 0.0},
+            "compute": {"t_min_s": T_DL_S, "mean_extra_s": T_DL_S},
+        },
+        algorithms=[{"name": "ucfl", "streams": 4, "timing": timing, **algorithm}],
+        run={"rounds": rounds},
+    )
+    [budget] = budgets(data)
+    return budget
+
+
+@pytest.mark.parametrize(
+    ("timing", "closed_form"),
+    [
+        # stream n (25 clients) arrives at n T_dl: E[max_n (n + 1 + M_25)] + rho, numerically
+        ("pipelined", 13.245892),
+        # everyone starts at 4 T_dl, uploads after the slowest: k + 1 + H_m + rho (the paper)
+        ("barrier", 4 + 1 + H_100 + 4),
+    ],
+)
+def test_budget_sends_k_streams_and_runs_the_round_time_of_its_closed_form(
+    tmp_path, timing, closed_form
+):
+    rounds = 300
+    budget = ucfl_budget(tmp_path, timing, rounds)
+    assert budget.downlink_transmissions_per_round * rounds == pytest.approx(1 + 4 * rounds)
+    assert budget.uplink_transmissions_per_round * rounds == pytest.approx(100 * (1 + rounds))
+    assert budget.closed_form_round_s / T_DL_S == pytest.approx(closed_form, rel=1e-6)
+    # sd of one round's max is about 1.3 T_dl: the mean of 300 is within 0.08 T_dl (1 sd)
+    assert budget.round_s / T_DL_S == pytest.approx(closed_form, abs=0.3)
+
+
+def test_no_closed_form_where_the_model_is_not_exact(tmp_path):
+    assert ucfl_budget(tmp_path, "pipelined", 2, deadline_s=100.0).closed_form_round_s is None
 
 
 @requires_real_data

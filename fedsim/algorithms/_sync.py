@@ -8,7 +8,7 @@ servers (Oracle, IFCA).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Hashable, Iterator, Mapping
+from collections.abc import Callable, Generator, Hashable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 import simpy
@@ -17,7 +17,7 @@ import torch
 from fedsim.config import SyncServerConfig
 from fedsim.learn.aggregate import weighted_average
 from fedsim.learn.trainer import TrainResult
-from fedsim.world import World
+from fedsim.world import Task, World
 
 Key = TypeVar("Key", bound=Hashable)
 Models = torch.Tensor | Mapping[int, torch.Tensor]
@@ -54,10 +54,16 @@ def fedavg_server(
 
 
 def gather_updates(
-    world: World, config: SyncServerConfig, bodies: Mapping[int, Generator]
+    world: World,
+    config: SyncServerConfig,
+    bodies: Mapping[int, Generator],
+    barriers: Sequence[Barrier] = (),
 ) -> Generator[simpy.Event, object, dict]:
-    """Run each selected client's part of the round; return the updates the server keeps."""
+    """Run each selected client's part of the round (held at ``barriers`` with the other
+    participants); return the updates the server keeps."""
     tasks = {c: world.start_task(c, body) for c, body in bodies.items()}
+    for barrier in barriers:
+        barrier.hold(tasks)
     return (
         yield from world.gather(
             tasks,
@@ -65,6 +71,31 @@ def gather_updates(
             keep_first=world.wanted_updates(config.client_fraction),
         )
     )
+
+
+class Barrier:
+    """A point of a round that every participant must reach before any goes on.
+
+    A participant whose task stopped (it went offline, left, or the server gave up on it)
+    no longer holds the others, so a lost client delays nobody beyond its loss.
+    """
+
+    def __init__(self, world: World) -> None:
+        self._env = world.env
+        self._reached: dict[int, simpy.Event] = {}
+        self._passed: simpy.Event | None = None
+
+    def hold(self, tasks: Mapping[int, Task]) -> None:
+        """The participants, by their tasks (just started: none has reached it yet)."""
+        self._reached = {c: self._env.event() for c in tasks}
+        self._passed = self._env.all_of(
+            [self._reached[c] | task.process for c, task in tasks.items()]
+        )
+
+    def reach(self, client: int) -> simpy.Event:
+        """The client is here; the returned event fires when everyone is (yield it)."""
+        self._reached[client].succeed()
+        return self._passed
 
 
 def average_per_key(

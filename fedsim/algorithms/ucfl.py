@@ -14,28 +14,42 @@ client trains from its stream model and uploads it, and the server sets
 theta_(n) = sum_j c_nj theta_j over the arrived uploads, renormalized (spec §7.4 2a; a
 stream none of whose weight arrived keeps its model).
 
+Timing (``timing``): with ``pipelined`` (default) the k multicasts leave the base station one
+after another and a stream's members start computing as soon as their own stream arrives,
+then upload when done: this is what the World runs for every downlink. ``barrier`` is the
+paper's T_round(k) = k T_dl + E[max compute] + T_ul: everyone starts computing when the last
+stream has been sent, and uploads once every participant has computed (a participant that is
+lost stops holding the others). The trade-off ``per_round_time`` divides by E[round time] of
+the chosen timing, computed from the World's links, compute model and stream order
+(``expected_round_s``); the budget prints it where it is exact.
+
 Choices where the paper is silent (documented parameters or here): the setup round takes
 the time of one local epoch of gradient work plus its transfers and is part of the clock;
 n_i travels with sigma_i^2 (2 floats); clients without a row of W (they missed the setup
 or joined later) follow the largest stream and their uploads carry no weight; with
 ``bandwidth: symmetric`` the authors' code's 2 sqrt(sigma_i^2 sigma_j^2) replaces 2 sigma_i^2.
 The weights, the silhouette curve and the streams are saved in ``collaboration.npz``.
+A timing-only run (``fedsim budget``) has no gradients, hence no weights: a given k becomes k
+streams of consecutive clients of equal size (within one), so the budget sends what k streams
+send; ``streams: auto`` cannot be budgeted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections import deque
+from collections.abc import Generator, Sequence
 
 import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms._sync import gather_updates
+from fedsim.algorithms._sync import Barrier, gather_updates
 from fedsim.algorithms.fedavg import client_update
 from fedsim.config import UcflConfig
 from fedsim.learn.aggregate import weighted_average
 from fedsim.learn.clustering import kmeans, silhouette
-from fedsim.sim.compute import harmonic_number
+from fedsim.learn.trainer import TrainResult
+from fedsim.sim.compute import expected_max_completion_s
 from fedsim.world import World
 
 SIGMA_FLOOR = 1e-12  # sigma_i^2 = 0 (a client whose batches all equal its data) would divide by 0
@@ -61,9 +75,12 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
         np.array([reports[c][2] for c in reporters]),
         config.bandwidth,
     )
-    k, labels, centroids, scores = choose_streams(
-        weights, config, world, world.payload_bytes(theta0)
-    )
+    model_bytes = world.payload_bytes(theta0)
+    k, labels, centroids, scores = choose_streams(weights, reporters, config, world, model_bytes)
+    if round_time_is_exact(world, config):
+        world.closed_form_round_s = expected_round_s(
+            world, reporters, labels, model_bytes, config.timing
+        )
     stream_of = dict(zip(reporters, labels.tolist(), strict=True))
     largest = int(np.bincount(labels).argmax())
     streams = [theta0] * k
@@ -85,11 +102,17 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
             members = [c for c in selected if stream_of.get(c, largest) == n]
             if members:
                 arrivals |= world.send_down(members, streams[n])
-        bodies = {
-            c: client_update(world, c, streams[stream_of.get(c, largest)], arrivals[c])
-            for c in selected
-        }
-        results = yield from gather_updates(world, config, bodies)
+        models = {c: streams[stream_of.get(c, largest)] for c in selected}
+        if config.timing == "barrier":
+            barriers = (all_sent, all_computed) = (Barrier(world), Barrier(world))
+            bodies = {
+                c: barrier_update(world, c, models[c], arrivals[c], all_sent, all_computed)
+                for c in selected
+            }
+        else:
+            barriers = ()
+            bodies = {c: client_update(world, c, models[c], arrivals[c]) for c in selected}
+        results = yield from gather_updates(world, config, bodies, barriers)
         arrived = [c for c in results if c in stream_of]
         columns = [reporters.index(c) for c in arrived]
         for n in range(k):
@@ -98,6 +121,24 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
                 streams[n] = weighted_average([results[c].params for c in arrived], mass.tolist())
         models = {c: streams[stream_of.get(c, largest)] for c in world.present}
         world.end_round(round_index, models, participants=len(results))
+
+
+def barrier_update(
+    world: World,
+    client: int,
+    params: torch.Tensor,
+    model_arrived: simpy.Event,
+    all_sent: Barrier,
+    all_computed: Barrier,
+) -> Generator[simpy.Event, object, TrainResult]:
+    """The paper's timing: start computing once every stream is out, upload once every
+    participant has computed."""
+    yield model_arrived
+    yield all_sent.reach(client)
+    result = yield from world.train(client, params)
+    yield all_computed.reach(client)
+    yield from world.upload(client, result.params)
+    return result
 
 
 def report_statistics(
@@ -141,15 +182,22 @@ def collaboration_weights(
 
 
 def choose_streams(
-    weights: np.ndarray, config: UcflConfig, world: World, model_bytes: int
+    weights: np.ndarray,
+    clients: Sequence[int],
+    config: UcflConfig,
+    world: World,
+    model_bytes: int,
 ) -> tuple[int, np.ndarray, np.ndarray, dict[int, float]]:
-    """k, each client's stream, the k centroid weight vectors, and the silhouette per K tried."""
+    """k, each client's stream, the k centroid weight vectors, and the silhouette per K tried
+    (``clients``: the clients of the rows of ``weights``)."""
     m = len(weights)
     rng = world.streams.generator("ucfl-kmeans")
     if config.streams == "all" or m == 1:
         return m, np.arange(m), weights.copy(), {}
     if config.streams != "auto":
         k = min(config.streams, m)
+        if world.timing_only:  # no weights to cluster: k equal streams of consecutive clients
+            return k, np.arange(m) * k // m, weights[:k].copy(), {}
         result = kmeans(weights, k, rng)
         return k, result.labels, result.centroids, {}
     largest_k = min(m - 1, config.max_streams or m - 1)
@@ -157,23 +205,71 @@ def choose_streams(
     scores = {K: silhouette(weights, fit.labels) for K, fit in fits.items()}
     if not scores:  # m = 2: one shared stream or none to compare; keep both clients apart
         return m, np.arange(m), weights.copy(), {}
-    best = max(scores, key=lambda K: tradeoff(K, scores[K], config, world, model_bytes))
+
+    def tradeoff(K: int) -> float:
+        """c(K, s_K): the authors' code takes s; alternatives penalize K or divide by
+        E[T_round(K)] of the streams K-means found."""
+        if config.tradeoff == "silhouette":
+            return scores[K]
+        if config.tradeoff == "penalized":
+            return scores[K] - config.tradeoff_lambda * K
+        round_s = expected_round_s(world, clients, fits[K].labels, model_bytes, config.timing)
+        return max(scores[K], 0.0) / round_s
+
+    best = max(scores, key=tradeoff)
     return best, fits[best].labels, fits[best].centroids, scores
 
 
-def tradeoff(k: int, score: float, config: UcflConfig, world: World, model_bytes: int) -> float:
-    """c(k, s_k): the authors' code takes s; alternatives penalize k or divide by T_round(k)."""
-    if config.tradeoff == "silhouette":
-        return score
-    if config.tradeoff == "penalized":
-        return score - config.tradeoff_lambda * k
-    return max(score, 0.0) / expected_round_s(world, k, model_bytes)
+def expected_round_s(
+    world: World, clients: Sequence[int], labels: np.ndarray, model_bytes: int, timing: str
+) -> float:
+    """E[round time] when every client of W takes part, from the World's time model.
+
+    The base station's transmitter sends stream after stream in stream order (unicast: one
+    copy per member, the streams taking turns as the World's transmitter queues them).
+    ``pipelined``: client i is done at a_i + C_i + U_i (its stream's arrival, its compute
+    scale_i (T_min + Exp(mean)), its upload alone on the air); ``barrier``: the last stream's
+    end + E[max_i C_i] + the upload phase (max_i U_i, or Σ_i U_i under TDMA). Exact with a
+    parallel uplink (pipelined) or a parallel or TDMA uplink (barrier), no heavy tail, and
+    everyone selected (``round_time_is_exact``); otherwise a model of it.
+    """
+    network = world.network
+    streams = range(int(labels.max()) + 1)
+    members = [[c for c, n in zip(clients, labels, strict=True) if n == s] for s in streams]
+    broadcast = network.downlink_mode == "broadcast"
+    turns = deque([group] if broadcast else [[c] for c in group] for group in members if group)
+    arrival_s: dict[int, float] = {}
+    sent_s = 0.0
+    while turns:
+        copies = turns.popleft()
+        receivers = copies.pop(0)
+        sent_s += network.group_downlink_time_s(receivers, model_bytes)
+        arrival_s |= dict.fromkeys(receivers, sent_s)
+        if copies:
+            turns.append(copies)
+    uplink_s = np.array([network.uplink_time_s(c, model_bytes) for c in clients])
+    scales = [world.compute_scale(c) for c in clients]
+    base = world.compute_model.base
+    if timing == "barrier":
+        compute_s = expected_max_completion_s(
+            np.zeros(len(clients)), scales, base.t_min_s, base.mean_extra_s
+        )
+        tdma = world.scenario.system.network.uplink_medium == "tdma"
+        return sent_s + compute_s + float(uplink_s.sum() if tdma else uplink_s.max())
+    offsets_s = [arrival_s[c] + u for c, u in zip(clients, uplink_s, strict=True)]
+    return expected_max_completion_s(offsets_s, scales, base.t_min_s, base.mean_extra_s)
 
 
-def expected_round_s(world: World, k: int, model_bytes: int) -> float:
-    """T_round(k) = k T_dl + E[max compute] + T_ul (spec §4, reading R1) from the world's links."""
-    links = [world.clients[c].link for c in world.client_ids]
-    t_dl = max(lk.latency_s + 8 * model_bytes / lk.downlink_bps for lk in links)
-    t_ul = max(lk.latency_s + 8 * model_bytes / lk.uplink_bps for lk in links)
-    compute = world.compute_model.base
-    return k * t_dl + compute.t_min_s + harmonic_number(len(links)) * compute.mean_extra_s + t_ul
+def round_time_is_exact(world: World, config: UcflConfig) -> bool:
+    """Whether ``expected_round_s`` is the exact E[round time] of this run."""
+    scenario = world.scenario
+    medium = scenario.system.network.uplink_medium
+    return (
+        (medium == "parallel" or (medium == "tdma" and config.timing == "barrier"))
+        and scenario.system.compute.heavy_tail is None
+        and not scenario.clients.can_drop_out
+        and scenario.clients.arrivals.reserve == 0
+        and config.client_fraction == 1
+        and config.over_selection == 0
+        and config.deadline_s is None
+    )

@@ -7,14 +7,44 @@ E[max T_i] = T_min + H_m * mean on average (H_m the m-th harmonic number).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import integrate
 
 
 def harmonic_number(m: int) -> float:
     """H_m = 1 + 1/2 + ... + 1/m (H_0 = 0)."""
     return float(sum(1.0 / r for r in range(1, m + 1)))
+
+
+def expected_max_completion_s(
+    offsets_s: Sequence[float], scales: Sequence[float], t_min_s: float, mean_extra_s: float
+) -> float:
+    """E[max_i (offset_i + scale_i (T_min + X_i))] for independent X_i ~ Exp(mean).
+
+    The expected end of a round whose participants do their compute at different moments
+    or speeds: offset_i folds in what is fixed (when client i's model arrives, its upload
+    time), scale_i its work units over its speed. With equal offsets and unit scales it is
+    offset + T_min + H_m mean; in general E[max] = L + ∫_L^∞ (1 − Π_i F_i(t)) dt, with L
+    the latest earliest finish, integrated numerically (the product in the log domain).
+    """
+    offsets = np.asarray(offsets_s, dtype=float)
+    scales = np.asarray(scales, dtype=float)
+    earliest = offsets + scales * t_min_s
+    latest = float(earliest.max())
+    if mean_extra_s == 0:
+        return latest
+    rates = 1.0 / (scales * mean_extra_s)
+
+    def not_all_done(t: float) -> float:
+        elapsed = np.maximum(t - earliest, 0.0) * rates
+        with np.errstate(divide="ignore"):  # log(0) = -inf for a client that cannot be done
+            return float(-np.expm1(np.log1p(-np.exp(-elapsed)).sum()))
+
+    tail, _ = integrate.quad(not_all_done, latest, np.inf, limit=200)
+    return latest + tail
 
 
 @dataclass(frozen=True)
