@@ -37,6 +37,11 @@ def _percent(run: Run, column: str) -> np.ndarray:
     return run.columns[column] * 100.0
 
 
+def _name(run: Run) -> str:
+    """The run's label, marked when its summary says it did not finish (interrupted)."""
+    return run.label + (" (incomplete)" if run.summary.get("complete") is False else "")
+
+
 def _has_data(run: Run) -> bool:
     return bool(np.isfinite(run.columns["accuracy"]).any())
 
@@ -70,10 +75,10 @@ def plot_time_to_accuracy(
     for index, run in enumerate(runs):
         colour = _colour(index)
         if not _has_data(run):
-            ax.plot([], [], color=colour, label=f"{run.label} (no data)")
+            ax.plot([], [], color=colour, label=f"{_name(run)} (no data)")
             continue
         time = run.columns["time_s"]
-        ax.plot(time, _percent(run, "accuracy"), color=colour, label=run.label, **_line_style(run))
+        ax.plot(time, _percent(run, "accuracy"), color=colour, label=_name(run), **_line_style(run))
         ax.fill_between(
             time,
             _percent(run, "p10_accuracy"),
@@ -128,7 +133,7 @@ def _plot_against_bytes(ax: Axes, runs: Sequence[Run], column: str) -> None:
     for index, run in enumerate(runs):
         colour = _colour(index)
         if not _has_data(run):
-            ax.plot([], [], color=colour, label=f"{run.label} (no data)")
+            ax.plot([], [], color=colour, label=f"{_name(run)} (no data)")
             continue
         megabytes = run.columns[column] / BYTES_PER_MB
         accuracy = _percent(run, "accuracy")
@@ -140,10 +145,10 @@ def _plot_against_bytes(ax: Axes, runs: Sequence[Run], column: str) -> None:
                 marker="D",
                 linestyle="none",
                 color=colour,
-                label=f"{run.label} (no communication)",
+                label=f"{_name(run)} (no communication)",
             )
             continue
-        ax.plot(megabytes, accuracy, color=colour, label=run.label, **_line_style(run))
+        ax.plot(megabytes, accuracy, color=colour, label=_name(run), **_line_style(run))
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right", fontsize="small")
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedsim.config import ScenarioError, load_scenario
+from fedsim import __version__
+from fedsim.config import Scenario, ScenarioError, load_scenario, parse_scenario
 
 EXIT_BAD_INPUT = 2
+THREADS_ENV_VAR = "FEDSIM_THREADS"
 
 
 def _report(error: ScenarioError) -> int:
@@ -37,14 +40,27 @@ def _validate(args: argparse.Namespace) -> int:
     return status
 
 
+def _with_threads(scenario: Scenario, args: argparse.Namespace) -> Scenario:
+    """The scenario with the thread count asked for outside the file, if any: --threads, else
+    $FEDSIM_THREADS (validated like training.threads in the file)."""
+    if args.threads is not None:
+        source, threads = "--threads", args.threads
+    elif os.environ.get(THREADS_ENV_VAR, "").strip():
+        source, value = THREADS_ENV_VAR, os.environ[THREADS_ENV_VAR].strip()
+        if not value.isdigit():
+            raise ScenarioError(source, [f"must be a whole number >= 1, got {value!r}"])
+        threads = int(value)
+    else:
+        return scenario
+    data = scenario.model_dump(mode="json")
+    data["training"]["threads"] = threads
+    return parse_scenario(data, source)
+
+
 def _run(args: argparse.Namespace) -> int:
-    from fedsim.learn.trainer import configure_threads
     from fedsim.runner import run_scenario  # torch import only when training is asked for
 
-    scenario = load_scenario(args.file)
-    if args.threads is not None and args.threads < 1:
-        return _report(ScenarioError("--threads", [f"must be >= 1, got {args.threads}"]))
-    configure_threads(args.threads)
+    scenario = _with_threads(load_scenario(args.file), args)
     if args.output is not None:
         output = scenario.output.model_copy(update={"dir": args.output})
         scenario = scenario.model_copy(update={"output": output})
@@ -169,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedsim", description="Discrete-event simulator of wireless federated learning."
     )
+    parser.add_argument("--version", action="version", version=f"fedsim {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run a scenario and write results and plots")
@@ -179,8 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--threads",
         type=int,
-        help="torch threads for training (default: torch's; 1 is fastest when several runs "
-        "share a machine)",
+        help=f"torch threads per run (default: ${THREADS_ENV_VAR}, else the scenario's "
+        "training.threads, 1: small models gain nothing from more threads and lose badly when "
+        "cores are shared); results depend on the count",
     )
     run.set_defaults(handler=_run)
 

@@ -383,6 +383,11 @@ class TrainingConfig(_Strict):
         description="how trainings of one architecture run: one by one (loop), vectorized "
         "across clients (vmap), or whichever was measured faster on this device (auto)",
     )
+    threads: PositiveInt = Field(
+        default=1,
+        description="torch intra-op threads per run (1: small models gain nothing from more, "
+        "and lose badly when cores are shared); results depend on it",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from analysis import find_runs, plot_active_clients, plot_runs
@@ -17,7 +18,7 @@ from fedsim.algorithms import ALGORITHMS
 from fedsim.config import AlgorithmConfig, Scenario, ScenarioError
 from fedsim.learn.data import FederatedDataset, build_federated_dataset
 from fedsim.learn.models import build_model
-from fedsim.learn.trainer import OptimizerSpec, Trainer
+from fedsim.learn.trainer import OptimizerSpec, Trainer, configure_threads
 from fedsim.recorder import Recorder
 from fedsim.world import RandomStreams, World
 
@@ -124,16 +125,23 @@ def run_scenario(
     (results_dir / "scenario.yaml").write_text(scenario.to_yaml())
     labels = [a.run_label for v in variants for a in v.algorithms]
     datasets: dict[str, tuple[FederatedDataset, list[Trainer]]] = {}
-    for variant, algorithm in planned:
-        key = json.dumps(
-            variant.model_dump(mode="json", include={"seed", "dataset", "clients", "model"})
-        )
-        if key not in datasets:
-            datasets.clear()  # keep one dataset in memory at a time
-            dataset = build_dataset(variant)
-            datasets[key] = (dataset, build_trainers(variant, dataset))
-        run_algorithm(variant, algorithm, *datasets[key], show_progress)
-        plot_results(scenario, results_dir, labels)
+    threads = torch.get_num_threads()
+    try:
+        for variant, algorithm in planned:
+            key = json.dumps(
+                variant.model_dump(mode="json", include={"seed", "dataset", "clients", "model"})
+            )
+            if key not in datasets:
+                datasets.clear()  # keep one dataset in memory at a time
+                dataset = build_dataset(variant)
+                datasets[key] = (dataset, build_trainers(variant, dataset))
+            run_algorithm(variant, algorithm, *datasets[key], show_progress)
+            plot_results(scenario, results_dir, labels)
+    except KeyboardInterrupt:
+        plot_results(scenario, results_dir, labels)  # what was measured, the cut run marked
+        raise
+    finally:
+        configure_threads(threads)
     return results_dir
 
 
@@ -143,6 +151,8 @@ def plot_results(scenario: Scenario, results_dir: Path, labels: Sequence[str]) -
     done = [
         results_dir / label for label in labels if (results_dir / label / "metrics.csv").exists()
     ]
+    if not done:
+        return
     plot_runs(find_runs(done), results_dir, scenario.evaluation.target_accuracy)
     asynchronous = [(d.name, d) for d in done if (d / ASYNC_FILE).exists()]
     if asynchronous:
@@ -163,7 +173,11 @@ def run_algorithm(
     trainers: Trainer | list[Trainer],
     show_progress: bool = True,
 ) -> dict:
-    """One algorithm on the scenario's world; returns its summary."""
+    """One algorithm on the scenario's world; returns its summary.
+
+    Torch runs with the scenario's ``training.threads`` (results depend on the count).
+    """
+    configure_threads(scenario.training.threads)
     label = algorithm.run_label
     recorder = Recorder(
         scenario.results_dir() / label,

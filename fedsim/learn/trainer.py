@@ -53,10 +53,8 @@ Engine = Literal["auto", "loop", "vmap"]
 ENGINES: tuple[Engine, ...] = ("auto", "loop", "vmap")
 
 
-def configure_threads(num_threads: int | None) -> None:
-    """Set torch's intra-op threads (None leaves torch's default, e.g. for a shared machine)."""
-    if num_threads is None:
-        return
+def configure_threads(num_threads: int) -> None:
+    """Set torch's intra-op threads (results differ between counts: a run records its own)."""
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
     torch.set_num_threads(num_threads)

@@ -1,0 +1,104 @@
+"""`fedsim run` as a user types it: thread count, interrupted runs, version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import analysis.plots
+import fedsim.runner
+from fedsim import __version__
+from fedsim.cli import THREADS_ENV_VAR, main
+from fedsim.recorder import Recorder
+from tests.conftest import tiny_scenario
+
+
+def write_scenario(tmp_path: Path, **overrides: object) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(tmp_path, **overrides)))
+    return path
+
+
+def resolved_threads(tmp_path: Path, label: str = "fedavg") -> int:
+    resolved = yaml.safe_load((tmp_path / "results" / "tiny" / label / "scenario.yaml").read_text())
+    return resolved["training"]["threads"]
+
+
+@pytest.mark.parametrize(
+    ("in_file", "env", "flag", "expected"),
+    [(None, None, None, 1), (3, None, None, 3), (3, "2", None, 2), (3, "2", 4, 4)],
+)
+def test_thread_count_defaults_to_one_is_overridden_and_recorded(
+    tmp_path, monkeypatch, in_file, env, flag, expected
+):
+    path = write_scenario(tmp_path, training={} if in_file is None else {"threads": in_file})
+    if env is None:
+        monkeypatch.delenv(THREADS_ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(THREADS_ENV_VAR, env)
+    seen: list[int] = []
+    original = Recorder.add_training
+
+    def note_threads(self, mean_loss: float, samples: int) -> None:
+        seen.append(torch.get_num_threads())
+        original(self, mean_loss, samples)
+
+    monkeypatch.setattr(Recorder, "add_training", note_threads)
+    before = torch.get_num_threads()
+    flags = [] if flag is None else ["--threads", str(flag)]
+    assert main(["run", str(path), "--quiet", *flags]) == 0
+    assert set(seen) == {expected}  # what torch trained with
+    assert resolved_threads(tmp_path) == expected  # and what the run folder says
+    assert torch.get_num_threads() == before  # the caller's setting is given back
+
+
+@pytest.mark.parametrize(("env", "flag"), [("two", None), (None, 0)])
+def test_a_bad_thread_count_is_refused(tmp_path, monkeypatch, capsys, env, flag):
+    path = write_scenario(tmp_path)
+    if env is None:
+        monkeypatch.delenv(THREADS_ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(THREADS_ENV_VAR, env)
+    flags = [] if flag is None else ["--threads", str(flag)]
+    assert main(["run", str(path), "--quiet", *flags]) == 2
+    error = capsys.readouterr().err
+    assert (THREADS_ENV_VAR if env else "--threads") in error and "Traceback" not in error
+
+
+def test_an_interrupted_scenario_redraws_its_plots_with_the_cut_run_marked(
+    tmp_path, monkeypatch, capsys
+):
+    path = write_scenario(
+        tmp_path, algorithms=[{"name": "local"}, {"name": "fedavg"}], run={"rounds": 4}
+    )
+    original = Recorder.log_evaluation
+
+    def cut_after_two(self, time_s, round_index, scores, participants):
+        row = original(self, time_s, round_index, scores, participants)
+        if self.label == "fedavg" and round_index == 2:
+            raise KeyboardInterrupt
+        return row
+
+    drawn: list[list[str]] = []
+    plot_runs = fedsim.runner.plot_runs
+
+    def record(runs, out_dir, target_accuracy=None):
+        drawn.append([analysis.plots._name(run) for run in runs])
+        return plot_runs(runs, out_dir, target_accuracy)
+
+    monkeypatch.setattr(Recorder, "log_evaluation", cut_after_two)
+    monkeypatch.setattr(fedsim.runner, "plot_runs", record)
+    assert main(["run", str(path), "--quiet"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert drawn == [["local"], ["local", "fedavg (incomplete)"]]
+    assert (tmp_path / "results" / "tiny" / "time_to_accuracy.png").stat().st_size > 0
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fedsim {__version__}"
