@@ -338,3 +338,17 @@ def test_uploads_cut_by_a_deadline_are_wasted_in_the_round_that_cut_them(tmp_pat
     assert [int(row["wasted_bytes"]) for row in metrics] == cumulative
     summary = json.loads((results_dir / "fedavg" / "summary.json").read_text())
     assert summary["wasted_bytes"] == cumulative[-1] == per_round.sum()
+
+
+def test_serverless_rounds_break_down_without_negative_idle_time(tmp_path):
+    # round 1 starts at t = 0, where a compute start of 0.0 was once read as "never started"
+    data = tiny_scenario(
+        tmp_path,
+        system={"d2d": {"graph": "complete", "rate_mbps": 5.0}},
+        algorithms=[{"name": "dsgd"}],
+        run={"rounds": 3},
+    )
+    [budget] = budgets(data)
+    assert budget.downlink_s == budget.downlink_queue_s == budget.uplink_s == 0.0
+    assert budget.compute_s > 0 and budget.waiting_s > 0  # the peers' models arrive meanwhile
+    assert budget.compute_s + budget.waiting_s == pytest.approx(budget.round_s)
