@@ -17,11 +17,13 @@ stream none of whose weight arrived keeps its model).
 Timing (``timing``): with ``pipelined`` (default) the k multicasts leave the base station one
 after another and a stream's members start computing as soon as their own stream arrives,
 then upload when done: this is what the World runs for every downlink. ``barrier`` is the
-paper's T_round(k) = k T_dl + E[max compute] + T_ul: everyone starts computing when the last
-stream has been sent, and uploads once every participant has computed (a participant that is
-lost stops holding the others). The trade-off ``per_round_time`` divides by E[round time] of
-the chosen timing, computed from the World's links, compute model and stream order
-(``expected_round_s``); the budget prints it where it is exact.
+paper's T_round(k) = k T_dl + E[max compute] + T_ul phase (spec §4, readings R1 with a
+parallel uplink and R2 with TDMA, as in the authors' plotting code): everyone starts
+computing when the last stream has been sent, and uploads once every participant has
+computed (a participant that is lost stops holding the others). The trade-off
+``per_round_time`` divides by E[round time] of the chosen timing, computed from the World's
+links, compute model and stream order (``expected_round_s``); the budget prints it where it
+is exact.
 
 Choices where the paper is silent (documented parameters or here): the setup round takes
 the time of one local epoch of gradient work plus its transfers and is part of the clock;
@@ -102,16 +104,16 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
             members = [c for c in selected if stream_of.get(c, largest) == n]
             if members:
                 arrivals |= world.send_down(members, streams[n])
-        models = {c: streams[stream_of.get(c, largest)] for c in selected}
+        start = {c: streams[stream_of.get(c, largest)] for c in selected}
         if config.timing == "barrier":
             barriers = (all_sent, all_computed) = (Barrier(world), Barrier(world))
             bodies = {
-                c: barrier_update(world, c, models[c], arrivals[c], all_sent, all_computed)
+                c: barrier_update(world, c, start[c], arrivals[c], all_sent, all_computed)
                 for c in selected
             }
         else:
             barriers = ()
-            bodies = {c: client_update(world, c, models[c], arrivals[c]) for c in selected}
+            bodies = {c: client_update(world, c, start[c], arrivals[c]) for c in selected}
         results = yield from gather_updates(world, config, bodies, barriers)
         arrived = [c for c in results if c in stream_of]
         columns = [reporters.index(c) for c in arrived]
