@@ -37,6 +37,7 @@ TRAJECTORIES_PLOT = "collaboration_trajectories.png"
 MAX_SNAPSHOTS = 6
 MAX_TRAJECTORY_CLIENTS = 16  # one panel per client stays readable up to a 4 x 4 grid
 MAX_TICKED_CLIENTS = 30  # above this, client ids on the axes would overlap
+OFF_DIAGONAL_FLOOR = 1e-12  # of a row's total: less is underflow noise, not reliance
 _NO_GROUP_COLOUR = "0.55"
 _BLOCK_COLOUR = "red"
 
@@ -153,7 +154,8 @@ def own_group_mass(weights: np.ndarray, groups: np.ndarray | None) -> np.ndarray
     1 means it relies only on clients of its own distribution; uniform weights give
     (g - 1) / (n - 1) for a group of g among n clients. NaN entries are left out. NaN where
     the share means nothing: no groups, a client without a group or without a peer of its
-    group with a known weight, or no off-diagonal weight at all.
+    group with a known weight, or no off-diagonal weight at all (less than 1e-12 of the row's
+    total: whether an underflowed weight is 0 or denormal noise depends on the CPU).
     """
     weights = np.asarray(weights, dtype=float)
     if weights.ndim != 2 or weights.shape[0] != weights.shape[1]:
@@ -169,7 +171,8 @@ def own_group_mass(weights: np.ndarray, groups: np.ndarray | None) -> np.ndarray
     off_diagonal = np.where(known, weights, 0.0)
     peers = known & (groups[:, None] == groups[None, :]) & (groups[:, None] >= 0)
     total = off_diagonal.sum(axis=1)
-    defined = peers.any(axis=1) & (total > 0)
+    row_total = np.where(np.isfinite(weights), np.abs(weights), 0.0).sum(axis=1)
+    defined = peers.any(axis=1) & (total > OFF_DIAGONAL_FLOOR * row_total)
     own = np.where(peers, off_diagonal, 0.0).sum(axis=1)
     mass[defined] = own[defined] / total[defined]
     return mass

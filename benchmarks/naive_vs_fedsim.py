@@ -48,6 +48,8 @@ from fedsim.world import RandomStreams, World
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's normalization, as fedsim's data module uses
 PARAMS_RTOL = 1e-4  # ||fedsim - naive|| / ||fedsim||: same arithmetic up to float rounding
 ACCURACY_TOL = 0.005  # pooled accuracy: a handful of borderline test samples may flip
+# (and at least one sample of a small test set: the two evaluate in different batch sizes,
+# whose kernels may round a near-tie either way on some CPUs)
 
 
 def scenario(model: str, clients: int, rounds: int, num_samples: int | None) -> Scenario:
@@ -177,6 +179,8 @@ def compare(model: str, clients: int, rounds: int, num_samples: int | None) -> d
     nn.utils.vector_to_parameters(initial.clone(), global_model.parameters())
     fedsim_s, fedsim_params, fedsim_acc = run_fedsim(sc, dataset)
     naive_s, naive_params, naive_acc = run_naive(sc, global_model, naive_data)
+    test_samples = sum(s.num_test for s in dataset.shards)
+    accuracy_tol = max(ACCURACY_TOL, 1.5 / test_samples)
     max_diff = float((fedsim_params - naive_params).abs().max())
     rel_diff = float((fedsim_params - naive_params).norm() / fedsim_params.norm())
     return {
@@ -191,7 +195,8 @@ def compare(model: str, clients: int, rounds: int, num_samples: int | None) -> d
         "params_rel_diff": rel_diff,
         "fedsim_accuracy": fedsim_acc,
         "naive_accuracy": naive_acc,
-        "same_results": rel_diff <= PARAMS_RTOL and abs(fedsim_acc - naive_acc) <= ACCURACY_TOL,
+        "accuracy_tolerance": accuracy_tol,
+        "same_results": rel_diff <= PARAMS_RTOL and abs(fedsim_acc - naive_acc) <= accuracy_tol,
     }
 
 
@@ -214,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     rows = [compare(m, args.clients, args.rounds, args.num_samples) for m in args.models]
     results = {
         "target_speedup": 3.0,
-        "tolerances": {"params_rel": PARAMS_RTOL, "accuracy": ACCURACY_TOL},
+        "tolerances": {"params_rel": PARAMS_RTOL, "accuracy_at_least": ACCURACY_TOL},
         "rows": rows,
     }
     path = write_results("naive_vs_fedsim", results, args.out)

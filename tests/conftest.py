@@ -17,6 +17,19 @@ requires_real_data = pytest.mark.skipif(
     reason=f"offline datasets not found under {DATA_ROOT} (set FEDSIM_DATA)",
 )
 
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test trains with fedsim's default thread count (results depend on it), also
+    those that build a World directly rather than through ``run_scenario``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 TINY_SCENARIO: dict = {
     "name": "tiny",
     "seed": 3,

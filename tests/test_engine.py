@@ -120,8 +120,9 @@ def test_evaluate_each_equals_per_client_evaluate() -> None:
         single = [trainer.evaluate(p, x, y) for p, x, y in zip(params, xs, ys, strict=True)]
         for engine in ("loop", "vmap"):
             each = trainer.evaluate_each(params, xs, ys, engine=engine)
-            assert [(r.correct, r.total) for r in each] == [(r.correct, r.total) for r in single]
             for r, s in zip(each, single, strict=True):
+                assert r.total == s.total
+                assert abs(r.correct - s.correct) <= 1  # a near-tie may round either way
                 assert r.loss_sum == pytest.approx(s.loss_sum, rel=1e-5)
         assert len({r.correct for r in single}) > 1  # the counts are informative
 
@@ -169,9 +170,17 @@ def test_batched_trainings_give_the_metrics_of_one_by_one(
         read_metrics(tmp_path / "b" / "run"),
     )
     assert len(loop_rows) == len(vmap_rows) == 2  # one row per round
+    # The engines round differently (batched vs one-by-one kernels): a test sample at a
+    # near-tie between two classes may flip, so accuracies agree to one sample per client
+    # (40 test samples each); times, bytes and participation exactly.
     for a, b in zip(loop_rows, vmap_rows, strict=True):
         for key, value in a.items():
-            expected = pytest.approx(value, rel=1e-4, nan_ok=True) if key == "train_loss" else value
+            if key == "train_loss":
+                expected = pytest.approx(value, rel=1e-4, nan_ok=True)
+            elif key.endswith("accuracy"):
+                expected = pytest.approx(value, abs=1 / 40 + 1e-9)
+            else:
+                expected = value
             assert b[key] == expected, key
 
 

@@ -178,7 +178,8 @@ def test_evaluate_many_equals_per_client_evaluate(synthetic: FederatedDataset) -
     single = [trainer.evaluate(params.params, x, y) for x, y in zip(xs, ys, strict=True)]
     assert len(pooled) == len(synthetic.shards)
     for p, s in zip(pooled, single, strict=True):
-        assert (p.correct, p.total) == (s.correct, s.total)
+        assert p.total == s.total
+        assert abs(p.correct - s.correct) <= 1  # batch sizes differ: a near-tie may flip
         assert p.loss_sum == pytest.approx(s.loss_sum, rel=1e-5)
     assert 0.2 < pooled[0].accuracy < 1.0  # a partly trained model: counts are informative
 

@@ -55,6 +55,10 @@ from fedsim.sim.compute import expected_max_completion_s
 from fedsim.world import World
 
 SIGMA_FLOOR = 1e-12  # sigma_i^2 = 0 (a client whose batches all equal its data) would divide by 0
+# A stream whose arrived uploads carry less of its (unit) weight keeps its model: whether an
+# exp(-huge) weight is exactly 0 or a denormal depends on the CPU's exp and BLAS rounding.
+MIN_STREAM_MASS = 1e-9
+TIE_REL_TOL = 1e-9  # trade-off values this close count as equal: the fewest streams win
 
 
 def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None]:
@@ -119,7 +123,7 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
         columns = [reporters.index(c) for c in arrived]
         for n in range(k):
             mass = centroids[n, columns]
-            if mass.sum() > 0:
+            if mass.sum() > MIN_STREAM_MASS:  # else none of its weight arrived (it underflowed)
                 streams[n] = weighted_average([results[c].params for c in arrived], mass.tolist())
         models = {c: streams[stream_of.get(c, largest)] for c in world.present}
         world.end_round(round_index, models, participants=len(results))
@@ -218,7 +222,10 @@ def choose_streams(
         round_s = expected_round_s(world, clients, fits[K].labels, model_bytes, config.timing)
         return max(scores[K], 0.0) / round_s
 
-    best = max(scores, key=tradeoff)
+    values = {K: tradeoff(K) for K in scores}
+    top = max(values.values())
+    # Among (near-)equal values the smallest K, whatever the last bits of a CPU's rounding.
+    best = min(K for K, value in values.items() if value >= top - TIE_REL_TOL * abs(top))
     return best, fits[best].labels, fits[best].centroids, scores
 
 
