@@ -14,7 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedsim import __version__
-from fedsim.config import Scenario, ScenarioError, load_scenario, parse_scenario
+from fedsim.config import (
+    DATA_ENV_VAR,
+    Scenario,
+    ScenarioError,
+    data_root_problem,
+    load_scenario,
+    parse_scenario,
+)
 
 EXIT_BAD_INPUT = 2
 THREADS_ENV_VAR = "FEDSIM_THREADS"
@@ -32,12 +39,52 @@ def _validate(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             scenario = load_scenario(path)
+            problems = _data_problems(scenario, with_files=args.data)
         except ScenarioError as error:
             status = _report(error)
+            continue
+        if problems:
+            status = _report(ScenarioError(str(path), problems))
             continue
         labels = ", ".join(a.run_label for a in scenario.algorithms)
         print(f"{path}: ok (scenario {scenario.name!r}; runs: {labels})")
     return status
+
+
+def _data_problems(scenario: Scenario, with_files: bool) -> list[str]:
+    """A data folder the user named must exist; ``with_files``: the dataset files each run
+    reads must be under the resolved root too (validate never downloads)."""
+    problems: list[str] = []
+    for variant in scenario.variants():  # a sweep may change the dataset or its root
+        dataset = variant.dataset
+        if dataset.name == "synthetic":
+            continue
+        root = dataset.resolved_root()
+        problem = data_root_problem(root)
+        if problem is None and with_files:
+            problem = _missing_data(variant, root)
+        if problem is not None and problem not in problems:
+            problems.append(problem)
+    return problems
+
+
+def _missing_data(scenario: Scenario, root: Path) -> str | None:
+    from fedsim.learn.data import missing_files  # torch: only when the files are asked for
+
+    dataset = scenario.dataset
+    needs_test = any(a.name == "perfed_ckt" for a in scenario.algorithms)  # its public set
+    splits = ("train", "test") if needs_test else ("train",)
+    missing = [path for split in splits for path in missing_files(dataset.name, root, split)]
+    if not missing:
+        return None
+    if dataset.root is not None:
+        chosen_by = "dataset.root"
+    elif os.environ.get(DATA_ENV_VAR):
+        chosen_by = DATA_ENV_VAR
+    else:
+        chosen_by = f"dataset.root (unset, and ${DATA_ENV_VAR} too: the default ./data)"
+    fetch = "a run would download them" if dataset.download else "dataset.download is false"
+    return f"{chosen_by}: no {dataset.name} files under {root}: {missing[0]} is missing ({fetch})"
 
 
 def _with_threads(scenario: Scenario, args: argparse.Namespace) -> Scenario:
@@ -52,8 +99,13 @@ def _with_threads(scenario: Scenario, args: argparse.Namespace) -> Scenario:
         threads = int(value)
     else:
         return scenario
+    return _override(scenario, "training", "threads", threads, source)
+
+
+def _override(scenario: Scenario, section: str, key: str, value: object, source: str) -> Scenario:
+    """The scenario with one field set from the command line, validated like the file's."""
     data = scenario.model_dump(mode="json")
-    data["training"]["threads"] = threads
+    data[section][key] = value
     return parse_scenario(data, source)
 
 
@@ -120,11 +172,13 @@ def _budget(args: argparse.Namespace) -> int:
     from fedsim.budget import budget_algorithm, format_budgets
     from fedsim.runner import build_dataset, build_trainers, select_algorithms
 
+    if args.json is not None and not args.json.parent.is_dir():
+        raise ScenarioError("--json", [f"--json: no folder {args.json.parent} to write into"])
+    if args.json is not None and args.json.is_dir():
+        raise ScenarioError("--json", [f"--json: {args.json} is a folder, not a file"])
     scenario = load_scenario(args.file)
     if args.rounds is not None:
-        scenario = scenario.model_copy(
-            update={"run": scenario.run.model_copy(update={"rounds": args.rounds})}
-        )
+        scenario = _override(scenario, "run", "rounds", args.rounds, "--rounds")
     budgets, skipped = [], []
     for variant in scenario.variants():
         dataset = build_dataset(variant)
@@ -204,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check scenario files without running")
     validate.add_argument("files", type=Path, nargs="+")
+    validate.add_argument(
+        "--data",
+        action="store_true",
+        help="also check that the dataset files are under the resolved data root (no download)",
+    )
     validate.set_defaults(handler=_validate)
 
     budget = commands.add_parser(

@@ -7,16 +7,19 @@ typo never silently falls back to a default.
 from __future__ import annotations
 
 import copy
+import csv
 import difflib
 import itertools
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -27,6 +30,7 @@ from pydantic import (
 )
 
 DATA_ENV_VAR = "FEDSIM_DATA"
+DEFAULT_DATA_ROOT = Path("data")  # the only data folder fedsim creates itself (for a download)
 
 
 class ScenarioError(Exception):
@@ -39,13 +43,99 @@ class ScenarioError(Exception):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are refused everywhere: every number must be one a simulation can run with
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegativeFloat = Annotated[float, Field(ge=0)]
-PositiveInt = Annotated[int, Field(gt=0)]
+# --- bounds: every number is finite and within what a simulation can run ----------------------
+# Each number of the schema has an upper bound (tests/test_config.py checks this), so an absurd
+# magnitude is refused here, naming its field, instead of overflowing later (inf/nan times, a
+# partition that never ends).
+MAX_CLIENTS = 1_000_000  # clients.count + arrivals.reserve: the data are split per client
+MAX_COUNT = 1_000_000  # other whole numbers of things: samples, steps, clusters, epochs, ...
+MAX_ROUNDS = 10_000_000  # run.rounds and other counts of rounds
+MAX_SEED = 2**63 - 1
+MAX_THREADS = 1024
+MIN_RATE_MBPS, MAX_RATE_MBPS = 1e-6, 1e6  # 1 bit/s .. 1 Tbit/s
+MAX_LATENCY_S = 3600.0  # a set-up time of an hour is already no wireless link
+MAX_TIME_S = 1e7  # any simulated span (deadline, budget, timeout, schedule): ~116 days
+MAX_COMPUTE_S = 86_400.0  # compute per unit of work (a round, a step or a sample): a day
+MIN_PERIOD_S = 1.0  # shortest availability period: shorter ones only flood the event loop
+MAX_EVENT_RATE_PER_S = 1000.0  # Poisson arrivals / departures
+MAX_FACTOR = 1000.0  # ratios of speeds and rates (rho, device speed, straggler slowdown)
+MAX_LOG_SIGMA = 3.0  # lognormal rate spread: a factor e^3 = 20 per standard deviation
+MIN_TAIL_SHAPE = 0.5  # Lomax shape: below, a few thousand draws reach 1e30 x scale_s and more
+MAX_LR = 10.0
+MAX_WEIGHT = 1000.0  # penalties and weights of loss terms (mu, lam, rho of CoBo, ...)
+MAX_WIDTH = 65_536  # units of a hidden layer
+MAX_SWEEP_RUNS = 1000  # combinations of a sweep (each builds its own world)
+MAX_NAME_LENGTH = 100  # scenario names and labels (they name folders)
+
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Rounds = Annotated[int, Field(gt=0, le=MAX_ROUNDS)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
+RateMbps = Annotated[float, Field(ge=MIN_RATE_MBPS, le=MAX_RATE_MBPS)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_TIME_S)]
+Instant = Annotated[float, Field(ge=0, le=MAX_TIME_S)]
+LatencySeconds = Annotated[float, Field(ge=0, le=MAX_LATENCY_S)]
+ComputeSeconds = Annotated[float, Field(ge=0, le=MAX_COMPUTE_S)]
+EventRate = Annotated[float, Field(ge=0, le=MAX_EVENT_RATE_PER_S)]
+Factor = Annotated[float, Field(ge=1 / MAX_FACTOR, le=MAX_FACTOR)]
+Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT)]
+
+
+def _folder_name(value: str, allowed: str, what: str) -> str:
+    """A name that becomes a results folder: plain ASCII, bounded, never '.' or '..'."""
+    if not re.fullmatch(rf"[A-Za-z0-9{re.escape(allowed)}]{{1,{MAX_NAME_LENGTH}}}", value):
+        raise ValueError(
+            f"{what} names a folder: 1 to {MAX_NAME_LENGTH} of the characters A-Z a-z 0-9 "
+            f"{' '.join(allowed)}"
+        )
+    if not value.strip("."):
+        raise ValueError(f"{what} names a folder: it cannot be only dots")
+    return value
+
+
+def _scenario_name(value: str) -> str:
+    return _folder_name(value, "_.+-", "the scenario name")
+
+
+def _label_name(value: str) -> str:
+    return _folder_name(value, "_.+=@,-", "a label")  # '=@,' for the labels sweeps make
+
+
+def _sweep_value(value: Any) -> Any:
+    """A sweep value also names runs (``<label>@<key>=<value>``), so it must be a plain one."""
+    if value is not None and not isinstance(value, (bool, int, float, str)):
+        raise ValueError(
+            f"a sweep value must be a number, a string, true/false or null, not a "
+            f"{type(value).__name__}"
+        )
+    if isinstance(value, float) and not np.isfinite(value):
+        raise ValueError("a sweep value must be a finite number")
+    return value
+
+
+SweepValue = Annotated[Any, AfterValidator(_sweep_value)]
+
+
+def _read_referenced_file(path: Path, read: Callable[[Path], Any]) -> Any:
+    """``read(path)``, with any reason the file cannot be used turned into a field error.
+
+    Relative paths are relative to the working folder, as when the scenario runs.
+    """
+    where = str(path) if path.is_absolute() else f"{path} (in {Path.cwd()})"
+    try:
+        return read(path)
+    except UnicodeDecodeError:
+        raise ValueError(f"{where} is not a text file") from None
+    except OSError as error:
+        raise ValueError(f"cannot read {where}: {error.strerror or error}") from None
+    except csv.Error as error:
+        raise ValueError(f"{where}: not a valid CSV file ({error})") from None
+    except ValueError as error:  # the readers' own messages name the file and line
+        raise ValueError(str(error)) from None
 
 
 # --- per-client value distributions (rates) -------------------------------------------
@@ -53,7 +143,7 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 
 class Constant(_Strict):
     kind: Literal["constant"] = "constant"
-    value: PositiveFloat
+    value: RateMbps
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         return np.full(size, self.value)
@@ -61,8 +151,8 @@ class Constant(_Strict):
 
 class Uniform(_Strict):
     kind: Literal["uniform"] = "uniform"
-    low: PositiveFloat
-    high: PositiveFloat
+    low: RateMbps
+    high: RateMbps
 
     @model_validator(mode="after")
     def _ordered(self) -> Uniform:
@@ -76,15 +166,22 @@ class Uniform(_Strict):
 
 class LogNormal(_Strict):
     kind: Literal["lognormal"] = "lognormal"
-    median: PositiveFloat
-    sigma: NonNegativeFloat
+    median: RateMbps
+    sigma: Annotated[float, Field(ge=0, le=MAX_LOG_SIGMA)]
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         return self.median * np.exp(self.sigma * rng.standard_normal(size))
 
 
 def _number_is_constant(value: Any) -> Any:
+    """A plain number is a constant rate; so is a numeric string, as YAML reads ``1e3``."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {"kind": "constant", "value": value}
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return value
         return {"kind": "constant", "value": value}
     return value
 
@@ -107,7 +204,7 @@ class DirichletPartition(_Strict):
     """Per class, client shares ~ Dir(alpha); small alpha = strong label skew."""
 
     kind: Literal["dirichlet"] = "dirichlet"
-    alpha: PositiveFloat = 0.5
+    alpha: Annotated[float, Field(ge=1e-6, le=1e6)] = 0.5
     min_samples_per_client: PositiveInt = 10
 
 
@@ -134,7 +231,7 @@ class GroupShift(_Strict):
 
     kind: Literal["label_permutation", "rotation"]
     groups: PositiveInt = 4
-    angles_deg: list[float] | None = None
+    angles_deg: list[Annotated[float, Field(ge=-360, le=360)]] | None = None
     sizes: list[PositiveInt] | None = Field(
         default=None, description="clients per group, in client order (default: equal blocks)"
     )
@@ -173,23 +270,42 @@ class DatasetConfig(_Strict):
     def resolved_root(self) -> Path:
         if self.root is not None:
             return self.root
-        return Path(os.environ.get(DATA_ENV_VAR, "data"))
+        return Path(os.environ.get(DATA_ENV_VAR) or DEFAULT_DATA_ROOT)
+
+
+def data_root_problem(root: Path) -> str | None:
+    """Why a resolved data root cannot be used, naming who chose it; None if it can.
+
+    A folder the user named (dataset.root or $FEDSIM_DATA) must exist: a download into a
+    mistyped path would create folders where nobody looks. Only the default ./data may be
+    missing, and a download creates it.
+    """
+    if root.is_dir() or (root == DEFAULT_DATA_ROOT and not root.exists()):
+        return None
+    env = os.environ.get(DATA_ENV_VAR)
+    chosen_by = DATA_ENV_VAR if env and Path(env) == root else "dataset.root"
+    what = "is not a folder" if root.exists() else "does not exist"
+    return (
+        f"{chosen_by}: {root} {what}: correct the path or create the folder (fedsim creates "
+        "only the default ./data, for a download)"
+    )
 
 
 ModelName = Literal["mlp", "lenet5", "cnn"]
+HiddenSizes = Annotated[tuple[Annotated[int, Field(gt=0, le=MAX_WIDTH)], ...], Field(max_length=64)]
 
 
 class ModelShare(_Strict):
     name: ModelName
     fraction: Fraction
-    hidden_sizes: tuple[PositiveInt, ...] = (200, 200)
+    hidden_sizes: HiddenSizes = (200, 200)
 
 
 class ModelConfig(_Strict):
     """One architecture for every client, or a mix (model-heterogeneous clients)."""
 
     name: ModelName | None = None
-    hidden_sizes: tuple[PositiveInt, ...] = (200, 200)
+    hidden_sizes: HiddenSizes = (200, 200)
     mix: list[ModelShare] = Field(
         default=[], description="architectures and the share of clients that get each"
     )
@@ -221,8 +337,8 @@ class RenewalAvailability(_Strict):
     """On/off renewal process per client; every client starts online."""
 
     kind: Literal["renewal"] = "renewal"
-    mean_online_s: PositiveFloat
-    mean_offline_s: PositiveFloat
+    mean_online_s: Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_TIME_S)]
+    mean_offline_s: Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_TIME_S)]
     law: Literal["exponential", "fixed"] = "exponential"
 
 
@@ -230,7 +346,16 @@ class TraceAvailability(_Strict):
     """CSV with header time_s,client,state (state: online|offline); others stay online."""
 
     kind: Literal["trace"] = "trace"
-    path: Path
+    path: Path = Field(description="CSV file, relative to the working folder (as when run)")
+
+    @field_validator("path")
+    @classmethod
+    def _readable_trace(cls, path: Path) -> Path:
+        """Read the trace now: a missing or malformed file is found by validate, not mid-run."""
+        from fedsim.sim.churn import read_availability_trace  # simpy: only for traces
+
+        _read_referenced_file(path, read_availability_trace)
+        return path
 
 
 Availability = Annotated[
@@ -239,15 +364,15 @@ Availability = Annotated[
 
 
 class ScheduledChange(_Strict):
-    time_s: NonNegativeFloat
-    count: PositiveInt
+    time_s: Instant
+    count: Annotated[int, Field(gt=0, le=MAX_CLIENTS)]
 
 
 class ArrivalsConfig(_Strict):
     """New clients drawn, in order, from a reserve partitioned with the others."""
 
-    reserve: Annotated[int, Field(ge=0)] = 0
-    rate_per_s: NonNegativeFloat = 0.0
+    reserve: Annotated[int, Field(ge=0, le=MAX_CLIENTS)] = 0
+    rate_per_s: EventRate = 0.0
     schedule: list[ScheduledChange] = []
 
     @model_validator(mode="after")
@@ -265,15 +390,25 @@ class ArrivalsConfig(_Strict):
 class DeparturesConfig(_Strict):
     """Clients leaving for good, chosen uniformly among those present."""
 
-    rate_per_s: NonNegativeFloat = 0.0
+    rate_per_s: EventRate = 0.0
     schedule: list[ScheduledChange] = []
 
 
 class ClientsConfig(_Strict):
-    count: PositiveInt
+    count: Annotated[int, Field(gt=0, le=MAX_CLIENTS)] = Field(
+        description=f"clients present at the start; with arrivals.reserve at most {MAX_CLIENTS:,}"
+    )
     availability: Availability = AlwaysOnline()
     arrivals: ArrivalsConfig = ArrivalsConfig()
     departures: DeparturesConfig = DeparturesConfig()
+
+    @model_validator(mode="after")
+    def _bounded_population(self) -> ClientsConfig:
+        if self.total > MAX_CLIENTS:
+            raise ValueError(
+                f"count + arrivals.reserve = {self.total:,}: at most {MAX_CLIENTS:,} clients"
+            )
+        return self
 
     @property
     def total(self) -> int:
@@ -293,10 +428,10 @@ class NetworkConfig(_Strict):
     uplink_mbps: PositiveDistribution = Field(
         default=Constant(value=10.0), description="per-client uplink rate (a number or a law)"
     )
-    rho: PositiveFloat = Field(default=1.0, description="downlink rate / uplink rate")
-    latency_s: NonNegativeFloat = 0.0
+    rho: Factor = Field(default=1.0, description="downlink rate / uplink rate (1e-3..1e3)")
+    latency_s: LatencySeconds = Field(default=0.0, description="added to every transfer (<= 1 h)")
     uplink_medium: Literal["parallel", "tdma", "shared"] = "parallel"
-    cell_capacity_mbps: PositiveFloat | None = Field(
+    cell_capacity_mbps: RateMbps | None = Field(
         default=None, description="shared uplink: capacity split among concurrent uploads"
     )
     downlink: Literal["broadcast", "unicast"] = "broadcast"
@@ -314,10 +449,14 @@ class D2DConfig(_Strict):
 
     graph: Literal["complete", "ring", "erdos_renyi", "random_geometric", "edge_list"] = "complete"
     p: Annotated[float, Field(gt=0, le=1)] = 0.3
-    radius: PositiveFloat = 0.3
-    edge_list: Path | None = None
+    radius: Annotated[float, Field(gt=0, le=2)] = Field(
+        default=0.3, description="in the unit square (from its diagonal, 1.41, on: complete)"
+    )
+    edge_list: Path | None = Field(
+        default=None, description="file of 'u v [rate_mbps]' lines (relative to the working folder)"
+    )
     rate_mbps: PositiveDistribution = Field(default=Constant(value=10.0))
-    latency_s: NonNegativeFloat = 0.0
+    latency_s: LatencySeconds = 0.0
     relay: bool = Field(default=False, description="route every peer message via the base station")
 
     @model_validator(mode="after")
@@ -329,28 +468,28 @@ class D2DConfig(_Strict):
 
 class DeviceClass(_Strict):
     fraction: Fraction
-    speed: PositiveFloat = Field(description="compute time is divided by this")
+    speed: Factor = Field(description="compute time is divided by this (1e-3..1e3)")
 
 
 class Stragglers(_Strict):
     """A fixed random subset of clients whose compute is slowed down."""
 
     fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
-    slowdown: Annotated[float, Field(ge=1)] = 1.0
+    slowdown: Annotated[float, Field(ge=1, le=MAX_FACTOR)] = 1.0
 
 
 class HeavyTail(_Strict):
     """Extra delay per task ~ scale_s * Lomax(shape) (Pareto II; infinite mean if shape <= 1)."""
 
-    shape: PositiveFloat
-    scale_s: PositiveFloat
+    shape: Annotated[float, Field(ge=MIN_TAIL_SHAPE, le=1e6)]
+    scale_s: Annotated[float, Field(gt=0, le=MAX_COMPUTE_S)]
 
 
 class ComputeConfig(_Strict):
     """Shifted exponential T_min + Exp(mean) per round, per local step or per sample."""
 
-    t_min_s: NonNegativeFloat = 1.0
-    mean_extra_s: NonNegativeFloat = 0.0
+    t_min_s: ComputeSeconds = 1.0
+    mean_extra_s: ComputeSeconds = 0.0
     per: Literal["round", "step", "sample"] = "round"
     device_classes: list[DeviceClass] = []
     stragglers: Stragglers = Stragglers()
@@ -372,9 +511,9 @@ class SystemConfig(_Strict):
 
 class TrainingConfig(_Strict):
     optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: PositiveFloat = 0.05
+    lr: Annotated[float, Field(gt=0, le=MAX_LR)] = 0.05
     momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    weight_decay: NonNegativeFloat = 0.0
+    weight_decay: Annotated[float, Field(ge=0, le=1)] = 0.0
     batch_size: PositiveInt = 32
     local_epochs: PositiveInt | None = None
     local_steps: PositiveInt | None = None
@@ -383,7 +522,7 @@ class TrainingConfig(_Strict):
         description="how trainings of one architecture run: one by one (loop), vectorized "
         "across clients (vmap), or whichever was measured faster on this device (auto)",
     )
-    threads: PositiveInt = Field(
+    threads: Annotated[int, Field(gt=0, le=MAX_THREADS)] = Field(
         default=1,
         description="torch intra-op threads per run (1: small models gain nothing from more, "
         "and lose badly when cores are shared); results depend on it",
@@ -406,8 +545,9 @@ class TrainingConfig(_Strict):
 
 
 class _AlgorithmBase(_Strict):
-    label: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+=@-]+$")] | None = Field(
-        default=None, description="results folder name; defaults to the algorithm name"
+    label: Annotated[str, AfterValidator(_label_name)] | None = Field(
+        default=None,
+        description="results folder name (letters, digits, _ . + = @ -); default: the algorithm",
     )
 
     @property
@@ -423,61 +563,161 @@ class SyncServerConfig(_AlgorithmBase):
     """How a synchronous server picks clients and closes a round."""
 
     client_fraction: Fraction = 1.0
-    deadline_s: PositiveFloat | None = Field(
+    deadline_s: Seconds | None = Field(
         default=None, description="close the round this long after it starts; drop the late"
     )
-    over_selection: NonNegativeFloat = Field(
-        default=0.0, description="select (1 + x) times as many, keep the first arrivals"
+    over_selection: Annotated[float, Field(ge=0, le=100)] = Field(
+        default=0.0, description="select (1 + x) times as many (x <= 100), keep the first arrivals"
     )
 
 
-class FedAvgConfig(SyncServerConfig):
+SERVER_LR_DEFAULTS = {"sgd": 1.0, "momentum": 1.0, "adagrad": 0.1, "adam": 0.01, "yogi": 0.01}
+
+
+class ServerOptimizerConfig(_Strict):
+    """FedOpt (Reddi et al. 2021): the server steps from its model with an optimizer of its
+    own on the pseudo-gradient Δ = (sample-weighted) mean client model − its model.
+
+    sgd: x + lr Δ (lr 1 is plain FedAvg); momentum (FedAvgM): v = β₁ v + Δ, x + lr v;
+    adagrad, adam, yogi: first moment with β₁, second with β₂ (adam, yogi), x + lr m/(√v + τ).
+    Default lr per optimizer: sgd 1, momentum 1, adagrad 0.1, adam and yogi 0.01 (within the
+    paper's tuned ranges; tune them), betas (0.9, 0.99), tau 1e-3 as in the paper.
+    """
+
+    name: Literal["sgd", "momentum", "adagrad", "adam", "yogi"] = "sgd"
+    lr: Annotated[float, Field(gt=0, le=MAX_LR)] = Field(
+        default=1.0, description="η, the server learning rate (default depends on name)"
+    )
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
+        default=(0.9, 0.99), description="β₁ (momentum's β), β₂"
+    )
+    tau: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=1e-3, description="adaptivity: √v + τ, and v starts at τ²"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _learning_rate_of_the_optimizer(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "lr" not in data:
+            name = data.get("name", "sgd")
+            known = isinstance(name, str) and name  # else the name's own check reports it
+            return {**data, "lr": SERVER_LR_DEFAULTS.get(name, 1.0)} if known else data
+        return data
+
+
+class FedAvgFamilyConfig(SyncServerConfig):
+    """A server that averages client models, then steps with its server optimizer."""
+
+    server_optimizer: ServerOptimizerConfig = Field(
+        default=ServerOptimizerConfig(), description="default sgd, lr 1: plain averaging"
+    )
+
+
+class FedAvgConfig(FedAvgFamilyConfig):
     name: Literal["fedavg"]
 
 
-class FedProxConfig(SyncServerConfig):
+class _FedOptPreset(FedAvgFamilyConfig):
+    """FedAvg with the server optimizer its name says (FedOpt's named variants)."""
+
+    preset: ClassVar[str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_optimizer(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        chosen = data.get("server_optimizer", {})
+        if not isinstance(chosen, dict):
+            return data
+        name = chosen.get("name", cls.preset)
+        if name != cls.preset:
+            raise ValueError(
+                f"server_optimizer.name: {data.get('name')} is fedavg with the {cls.preset} "
+                f"server optimizer; for {name!r} use fedavg with server_optimizer.name {name!r}"
+            )
+        return {**data, "server_optimizer": {**chosen, "name": name}}
+
+
+class FedAvgMConfig(_FedOptPreset):
+    """FedAvgM (Hsu et al. 2019): server momentum."""
+
+    name: Literal["fedavgm"]
+    preset: ClassVar[str] = "momentum"
+
+
+class FedAdagradConfig(_FedOptPreset):
+    name: Literal["fedadagrad"]
+    preset: ClassVar[str] = "adagrad"
+
+
+class FedAdamConfig(_FedOptPreset):
+    name: Literal["fedadam"]
+    preset: ClassVar[str] = "adam"
+
+
+class FedYogiConfig(_FedOptPreset):
+    name: Literal["fedyogi"]
+    preset: ClassVar[str] = "yogi"
+
+
+class ScaffoldConfig(FedAvgFamilyConfig):
+    """SCAFFOLD (Karimireddy et al. 2020): control variates correct each local step."""
+
+    name: Literal["scaffold"]
+    control_update: Literal["I", "II"] = Field(
+        default="II",
+        description="c_i+: I = the gradient of the local training set at x (one more pass of "
+        "compute); II = c_i - c + (x - y_i) / (K lr) (the paper's experiments)",
+    )
+
+
+class FedProxConfig(FedAvgFamilyConfig):
     """FedAvg with the proximal term mu/2 ||w - w_global||^2 in the local objective."""
 
     name: Literal["fedprox"]
-    mu: NonNegativeFloat = Field(default=0.1, description="the papers tune mu in {0.1, 0.5, 1}")
+    mu: Weight = Field(default=0.1, description="the papers tune mu in {0.1, 0.5, 1}")
 
 
-class FedAvgFTConfig(SyncServerConfig):
+class FedAvgFTConfig(FedAvgFamilyConfig):
     """FedAvg whose clients fine-tune the global model locally before using it."""
 
     name: Literal["fedavg_ft"]
     finetune_epochs: PositiveInt = 1
 
 
-class DittoConfig(SyncServerConfig):
+class DittoConfig(FedAvgFamilyConfig):
     """Global FedAvg model plus a personal model per client pulled towards it by lam."""
 
     name: Literal["ditto"]
-    lam: NonNegativeFloat = Field(default=0.1, description="the papers tune lam in {0.1, 0.5, 1}")
+    lam: Weight = Field(default=0.1, description="the papers tune lam in {0.1, 0.5, 1}")
     personal_epochs: PositiveInt = 1
 
 
-class OracleConfig(SyncServerConfig):
+class OracleConfig(FedAvgFamilyConfig):
     """FedAvg inside each true group of the partition (the groups are known)."""
 
     name: Literal["oracle"]
 
 
-class IfcaConfig(SyncServerConfig):
+class IfcaConfig(FedAvgFamilyConfig):
     """k cluster models broadcast each round; each client trains the one of lowest loss."""
 
     name: Literal["ifca"]
-    clusters: Annotated[int, Field(ge=1)] = 4
+    clusters: PositiveInt = 4
 
 
-class CflConfig(SyncServerConfig):
+UpdateNorm = Annotated[float, Field(gt=0, le=1e6)]
+
+
+class CflConfig(FedAvgFamilyConfig):
     """Clustered FL (Sattler et al.): bipartition a cluster by update cosine similarity."""
 
     name: Literal["cfl"]
-    eps1: PositiveFloat = Field(default=0.4, description="split when the mean update norm < eps1")
-    eps2: PositiveFloat = Field(default=1.6, description="... and the max update norm > eps2")
-    warmup_rounds: Annotated[int, Field(ge=0)] = 20
-    max_clusters: Annotated[int, Field(ge=1)] = 8
+    eps1: UpdateNorm = Field(default=0.4, description="split when the mean update norm < eps1")
+    eps2: UpdateNorm = Field(default=1.6, description="... and the max update norm > eps2")
+    warmup_rounds: Annotated[int, Field(ge=0, le=MAX_ROUNDS)] = 20
+    max_clusters: PositiveInt = 8
 
 
 class FedFomoConfig(SyncServerConfig):
@@ -502,9 +742,9 @@ class UcflConfig(SyncServerConfig):
         default="silhouette",
         description="c(k, s_k): s (the authors' code), s - tradeoff_lambda * k, or s / T_round(k)",
     )
-    tradeoff_lambda: NonNegativeFloat = 0.01
+    tradeoff_lambda: Weight = 0.01
     max_streams: PositiveInt | None = None
-    variance_batches: Annotated[int, Field(ge=2)] = Field(
+    variance_batches: Annotated[int, Field(ge=2, le=MAX_COUNT)] = Field(
         default=3, description="K batches of n_i / K samples for sigma_i^2 (paper: N/3)"
     )
     bandwidth: Literal["row", "symmetric"] = Field(
@@ -523,7 +763,7 @@ class PerFedCktConfig(SyncServerConfig):
 
     name: Literal["perfed_ckt"]
     clusters: PositiveInt = Field(default=3, description="c (paper: 3 homogeneous, 2 mixed)")
-    distill_weight: NonNegativeFloat = Field(default=2.0, description="lambda (paper: 2)")
+    distill_weight: Weight = Field(default=2.0, description="lambda (paper: 2)")
     public_samples: PositiveInt = Field(default=2000, description="|P| (paper: 2000)")
     public_batch_size: PositiveInt = Field(default=128, description="b' (paper: 128)")
     sample_by_size: bool = Field(default=True, description="selection probability ∝ n_k")
@@ -541,12 +781,12 @@ class AsyncServerConfig(_AlgorithmBase):
         default="polynomial",
         description="s(tau): 1; (1 + tau)^-a; 1 if tau <= b else 1 / (a (tau - b) + 1)",
     )
-    staleness_a: NonNegativeFloat = 0.5
-    staleness_b: NonNegativeFloat = 4.0
-    max_staleness: Annotated[int, Field(ge=0)] | None = Field(
+    staleness_a: Weight = 0.5
+    staleness_b: Annotated[float, Field(ge=0, le=MAX_ROUNDS)] = 4.0
+    max_staleness: Annotated[int, Field(ge=0, le=MAX_ROUNDS)] | None = Field(
         default=None, description="drop older updates (their bytes count as wasted)"
     )
-    task_timeout_s: PositiveFloat | None = Field(
+    task_timeout_s: Seconds | None = Field(
         default=None, description="give up on a dispatched client after this long (frees its slot)"
     )
 
@@ -563,13 +803,16 @@ class FedBuffConfig(AsyncServerConfig):
 
     name: Literal["fedbuff"]
     buffer_size: PositiveInt = Field(default=10, description="K")
-    server_lr: PositiveFloat = 1.0
+    server_optimizer: ServerOptimizerConfig = Field(
+        default=ServerOptimizerConfig(),
+        description="steps on the staleness-weighted mean delta (sgd, lr: the paper's η_g)",
+    )
 
 
 class DecentralizedConfig(_AlgorithmBase):
     """No server: clients talk over D2D links (or via the base station) in lock-step rounds."""
 
-    deadline_s: PositiveFloat | None = Field(
+    deadline_s: Seconds | None = Field(
         default=None,
         description="close a round this long after it starts; messages still on the air are lost",
     )
@@ -582,7 +825,7 @@ class FedericoConfig(DecentralizedConfig):
     """FedeRiCo: ε-greedy neighbours, EMA losses, w = softmax(-L), w-scaled gradients back."""
 
     name: Literal["federico"]
-    neighbours: Annotated[int, Field(ge=0)] = Field(default=3, description="M (paper: 3)")
+    neighbours: NonNegativeInt = Field(default=3, description="M (paper: 3)")
     epsilon: UnitInterval = Field(default=0.3, description="ε-greedy exploration (paper: 0.3)")
     beta: UnitInterval = Field(default=0.6, description="EMA weight of the NEW loss (paper: 0.6)")
     include_self: bool = Field(
@@ -600,7 +843,7 @@ class FedericoConfig(DecentralizedConfig):
     ensemble_min_weight: UnitInterval = Field(
         default=0.01, description="forget cached peer models whose weight falls below this"
     )
-    model_timeout_s: PositiveFloat | None = Field(
+    model_timeout_s: Seconds | None = Field(
         default=None,
         description="a sampler waits this long for the models it asked for (default: half of "
         "deadline_s; for all of them without a deadline)",
@@ -611,8 +854,10 @@ class CoboConfig(DecentralizedConfig):
     """CoBo (Alg. 1): pairwise weights from midpoint gradients; penalty pulls collaborators."""
 
     name: Literal["cobo"]
-    penalty: NonNegativeFloat = Field(default=0.05, description="ρ of the paper (code: 0.05)")
-    weight_lr: PositiveFloat = Field(default=0.01, description="γ, step of the weight ascent")
+    penalty: Weight = Field(default=0.05, description="ρ of the paper (code: 0.05)")
+    weight_lr: Annotated[float, Field(gt=0, le=MAX_WEIGHT)] = Field(
+        default=0.01, description="γ, step of the weight ascent"
+    )
     pair_sampling: Literal["constant", "decaying", "mixed", "all"] = Field(
         default="mixed", description="p_t: p; p/t; p then p T0/t after T0 rounds; every pair"
     )
@@ -636,7 +881,7 @@ class CoboConfig(DecentralizedConfig):
     join_weight: UnitInterval = Field(
         default=0.0, description="w between a newcomer and everyone (1 would drag all to it)"
     )
-    phase_timeout_s: PositiveFloat | None = Field(
+    phase_timeout_s: Seconds | None = Field(
         default=None,
         description="wait this long for a pair's reply and again for the collaborators' models "
         "(default: a third of deadline_s; without a deadline, for all of them)",
@@ -652,6 +897,11 @@ class DsgdConfig(DecentralizedConfig):
 AlgorithmConfig = Annotated[
     LocalConfig
     | FedAvgConfig
+    | FedAvgMConfig
+    | FedAdagradConfig
+    | FedAdamConfig
+    | FedYogiConfig
+    | ScaffoldConfig
     | FedProxConfig
     | FedAvgFTConfig
     | DittoConfig
@@ -674,8 +924,10 @@ AlgorithmConfig = Annotated[
 
 
 class RunConfig(_Strict):
-    rounds: PositiveInt | None = None
-    time_budget_s: PositiveFloat | None = None
+    rounds: Rounds | None = Field(default=None, description=f"at most {MAX_ROUNDS:,}")
+    time_budget_s: Seconds | None = Field(
+        default=None, description="simulated s, <= 1e7 (~116 days)"
+    )
 
     @model_validator(mode="after")
     def _bounded(self) -> RunConfig:
@@ -691,8 +943,8 @@ class EvaluationConfig(_Strict):
     rounds stall (churn) or do not exist (asynchronous and decentralized algorithms).
     """
 
-    every_rounds: PositiveInt | None = None
-    every_s: PositiveFloat | None = None
+    every_rounds: Rounds | None = None
+    every_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S)] | None = None
     target_accuracy: Fraction | None = None
 
     @model_validator(mode="before")
@@ -716,8 +968,10 @@ MIXABLE_ALGORITHMS = ("local", "perfed_ckt")  # they never add up different clie
 
 
 class Scenario(_Strict):
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]+$")]
-    seed: Annotated[int, Field(ge=0)] = 0
+    name: Annotated[str, AfterValidator(_scenario_name)] = Field(
+        description="results folder name: letters, digits, _ . + -"
+    )
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
     dataset: DatasetConfig
     model: ModelConfig
     clients: ClientsConfig
@@ -727,18 +981,21 @@ class Scenario(_Strict):
     run: RunConfig
     evaluation: EvaluationConfig = EvaluationConfig()
     output: OutputConfig = OutputConfig()
-    sweep: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(
-        default={}, description="dotted key -> values: every combination runs on its own world"
+    sweep: dict[str, Annotated[list[SweepValue], Field(min_length=1)]] = Field(
+        default={},
+        description="dotted key -> values (numbers, strings, booleans, null): every combination "
+        f"(at most {MAX_SWEEP_RUNS}) runs on its own world",
     )
 
     @field_validator("algorithms")
     @classmethod
     def _unique_labels(cls, algorithms: list[AlgorithmConfig]) -> list[AlgorithmConfig]:
-        labels = [a.run_label for a in algorithms]
+        labels = [a.run_label.casefold() for a in algorithms]  # folders: case may not count
         repeated = sorted({label for label in labels if labels.count(label) > 1})
         if repeated:
             raise ValueError(
-                f"two runs share the label {repeated[0]!r}: give each a distinct `label`"
+                f"two runs share the label {repeated[0]!r} (case aside: they name folders): give "
+                "each a distinct `label`"
             )
         return algorithms
 
@@ -809,6 +1066,23 @@ class Scenario(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _renewal_churn_needs_a_time_budget(self) -> Scenario:
+        """On/off renewals never stop. A deadline closes every synchronous round, but Local and
+        asynchronous runs count completed work, and work longer than the online periods never
+        completes: without a time budget such a run (or its budget) would never end."""
+        if self.clients.availability.kind != "renewal" or self.run.time_budget_s is not None:
+            return self
+        for i, algorithm in enumerate(self.algorithms):
+            if isinstance(algorithm, LocalConfig | AsyncServerConfig):
+                raise ValueError(
+                    f"run.time_budget_s: required for algorithms[{i}] ({algorithm.name}) with "
+                    "clients.availability 'renewal': clients go offline and come back forever, "
+                    "and work longer than the online periods never completes, so rounds alone "
+                    "may never end the run"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _dropouts_need_deadlines(self) -> Scenario:
         if not self.clients.can_drop_out:
             return self
@@ -829,6 +1103,31 @@ class Scenario(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _edge_list_fits_the_clients(self) -> Scenario:
+        """Read the D2D edge-list file now (it needs the number of clients): a missing,
+        malformed or disconnected one is found by validate, not when the world is built."""
+        d2d = self.system.d2d
+        if d2d is None or d2d.edge_list is None:
+            return self
+        from fedsim.sim.topology import build_graph  # networkx: only for edge lists
+
+        def read(path: Path) -> Any:
+            rng = np.random.default_rng(0)  # an edge list draws nothing
+            return build_graph("edge_list", self.clients.total, rng, edge_list_path=path)
+
+        try:
+            graph = _read_referenced_file(d2d.edge_list, read)
+        except ValueError as error:
+            raise ValueError(f"system.d2d.edge_list: {error}") from None
+        for u, v, rate_bps in graph.edges(data="rate_bps"):
+            if rate_bps is not None and not MIN_RATE_MBPS <= rate_bps / 1e6 <= MAX_RATE_MBPS:
+                raise ValueError(
+                    f"system.d2d.edge_list: edge {u}-{v} has rate {rate_bps / 1e6:g} Mbps, "
+                    f"outside {MIN_RATE_MBPS:g}..{MAX_RATE_MBPS:g}"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _sweep_values_are_valid(self) -> Scenario:
         self.variants()  # raises, naming the swept key, if a combination is invalid
         return self
@@ -843,12 +1142,23 @@ class Scenario(_Strict):
             return [self]
         base = self.model_dump(mode="json", exclude={"sweep"})
         keys = list(self.sweep)
-        variants = []
+        combinations = int(np.prod([len(self.sweep[k]) for k in keys], dtype=float))
+        if combinations > MAX_SWEEP_RUNS:
+            raise ValueError(
+                f"sweep: {combinations:,} combinations; at most {MAX_SWEEP_RUNS} (each is a run)"
+            )
+        variants, suffixes = [], set()
         for values in itertools.product(*(self.sweep[k] for k in keys)):
             data = copy.deepcopy(base)
             suffix = ",".join(
                 f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, values, strict=True)
             )
+            if suffix.casefold() in suffixes:  # e.g. [1, 1], or [a, A] on a case-blind disk
+                raise ValueError(
+                    f"sweep.{keys[0]}: two combinations are both labelled {suffix!r}, so their "
+                    "runs would share a results folder: list each value once"
+                )
+            suffixes.add(suffix.casefold())
             for key, value in zip(keys, values, strict=True):
                 _set_dotted(data, key, value)
             for algorithm in data["algorithms"]:
@@ -902,6 +1212,11 @@ _TAG_MODELS: dict[str, type[BaseModel]] = {
     "label_groups": LabelGroupsPartition,
     "local": LocalConfig,
     "fedavg": FedAvgConfig,
+    "fedavgm": FedAvgMConfig,
+    "fedadagrad": FedAdagradConfig,
+    "fedadam": FedAdamConfig,
+    "fedyogi": FedYogiConfig,
+    "scaffold": ScaffoldConfig,
     "fedprox": FedProxConfig,
     "fedavg_ft": FedAvgFTConfig,
     "ditto": DittoConfig,
@@ -930,6 +1245,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         seen: set = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool, type(None))):
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"a key must be a plain name, not a {type(key).__name__}",
+                    key_node.start_mark,
+                )
             if key in seen:
                 line = key_node.start_mark.line + 1
                 raise yaml.constructor.ConstructorError(
@@ -947,7 +1269,8 @@ def _field_path(loc: tuple) -> str:
         elif part in _UNION_TAGS or (previous == "constant" and part == "value"):
             continue  # pydantic's own union bookkeeping; the user never wrote these keys
         else:
-            path += f".{part}" if path else str(part)
+            part = _key_text(part)
+            path += f".{part}" if path else part
     return path or "(top level)"
 
 
@@ -977,6 +1300,53 @@ def _field_model(annotation: Any) -> Any:
     return None
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every model class an annotation mentions (the members of a union, a list's items)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in getattr(annotation, "__args__", ()) or () for m in _models_in(arg)]
+
+
+def _union_tags(loc: tuple, discriminator: str) -> list[str]:
+    """The valid values of the tag of the union at loc (pydantic lists none when it is missing)."""
+    model: Any = Scenario
+    annotation: Any = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if part in _UNION_TAGS:
+            model = _TAG_MODELS[part]
+            continue
+        fields = getattr(model, "model_fields", {}) if isinstance(model, type) else {}
+        if part not in fields:
+            return []
+        annotation = fields[part].annotation
+        model = _field_model(annotation)
+    tags = []
+    for member in _models_in(annotation):
+        field = member.model_fields.get(discriminator)
+        if field is not None:
+            tags += [tag for tag in getattr(field.annotation, "__args__", ()) if tag not in tags]
+    return tags
+
+
+def _key_text(key: Any) -> str:
+    """A key as written, or quoted when it is not a plain name (spaces, line breaks, ...)."""
+    return (
+        key
+        if isinstance(key, str) and re.fullmatch(r"[\w.-]{1,60}", key, re.ASCII)
+        else _shown(key)
+    )
+
+
+def _shown(value: Any) -> str:
+    """A short rendering of a bad value (a 5000-digit number would drown the message)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _describe(error: dict) -> str:
     loc = tuple(error["loc"])
     path = _field_path(loc)
@@ -985,25 +1355,44 @@ def _describe(error: dict) -> str:
         valid = sorted(parent.model_fields) if parent else []
         hint = difflib.get_close_matches(str(loc[-1]), valid, n=1)
         suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+        parent_path = _field_path(loc[:-1])  # the unknown key itself is never a union tag
+        key = _key_text(loc[-1])
+        path = key if parent_path == "(top level)" else f"{parent_path}.{key}"
         return f"{path}: unknown key{suggestion}; valid keys: {', '.join(valid)}"
     if error["type"] == "union_tag_invalid":
         context = error["ctx"]
         return (
-            f"{path}.{context['discriminator'].strip(chr(39))}: unknown {context['tag']!r}; "
+            f"{path}.{context['discriminator'].strip(chr(39))}: unknown {_shown(context['tag'])}; "
             f"valid: {context['expected_tags']}"
         )
+    if error["type"] == "union_tag_not_found":
+        key = error["ctx"]["discriminator"].strip("'")
+        valid = ", ".join(repr(tag) for tag in _union_tags(loc, key))
+        return f"{path}.{key}: missing key {key!r}; valid: {valid}"
     message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "int_parsing_size":
+        message = "Input is too large for a whole number"
+    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        message = "Input should be a mapping of keys (a section)"
+    if loc and loc[-1] == "[key]":  # a mapping's key, e.g. a sweep key that is not a string
+        path, message = _field_path(loc[:-2]), f"key {loc[-2]!r}: {message}"
     if not loc and re.match(r"^[\w.\[\]]+: ", message):
         return message  # a cross-field check that names its own field
     value = error.get("input")
-    if error["type"] != "missing" and isinstance(value, (int, float, str, bool)):
-        message += f" (got {value!r})"
+    named = isinstance(value, str) and value in message  # e.g. a file path the message names
+    shown = isinstance(value, (int, float, str, bool)) and not named
+    if error["type"] != "missing" and shown:
+        message += f" (got {_shown(value)})"
     return f"{path}: {message}"
 
 
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    if data is None:
+        raise ScenarioError(source, ["(top level): the scenario is empty"])
     if not isinstance(data, dict):
-        raise ScenarioError(source, ["(top level): a scenario must be a mapping of keys"])
+        raise ScenarioError(
+            source, [f"(top level): a scenario must be a mapping of keys, not a {_kind(data)}"]
+        )
     try:
         return Scenario.model_validate(data)
     except ValidationError as error:
@@ -1014,9 +1403,14 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML file; raises ScenarioError on any problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ScenarioError(str(path), [f"cannot read the file: {error.strerror}"]) from None
+    except UnicodeDecodeError as error:
+        byte = error.object[error.start]
+        raise ScenarioError(
+            str(path), [f"not a UTF-8 text file (byte {byte:#04x} at offset {error.start})"]
+        ) from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as error:
@@ -1024,4 +1418,15 @@ def load_scenario(path: str | Path) -> Scenario:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(error, "problem", None) or str(error)
         raise ScenarioError(str(path), [f"invalid YAML: {where}{problem}"]) from None
+    except RecursionError:
+        raise ScenarioError(str(path), ["invalid YAML: nested too deeply"]) from None
+    except ValueError as error:  # e.g. an integer of more than 4300 digits
+        raise ScenarioError(str(path), [f"invalid YAML: {error}"]) from None
     return parse_scenario(data, str(path))
+
+
+def _kind(value: Any) -> str:
+    """What a YAML value is, in the file's words."""
+    if isinstance(value, list):
+        return "list"
+    return "single value" if not isinstance(value, dict) else "mapping"

@@ -14,11 +14,14 @@ import os
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from fedsim.config import DATA_ENV_VAR, DEFAULT_DATA_ROOT, data_root_problem
 
 DATASET_NAMES = ("mnist", "fashion_mnist", "cifar10", "synthetic")
 PARTITION_NAMES = ("iid", "dirichlet", "label_groups")
@@ -82,7 +85,21 @@ def _resolve_root(root: Path | None) -> Path:
     """An explicit root wins; then $FEDSIM_DATA; then ./data (git-ignored)."""
     if root is not None:
         return Path(root)
-    return Path(os.environ.get("FEDSIM_DATA", "data"))
+    return Path(os.environ.get(DATA_ENV_VAR) or DEFAULT_DATA_ROOT)
+
+
+def missing_files(name: str, root: Path, split: str = "train") -> list[Path]:
+    """The files of a split that are not under root (without downloading); [] for synthetic."""
+    _check_choice("dataset", name, DATASET_NAMES)
+    _check_choice("split", split, ("train", "test"))
+    if name == "synthetic":
+        return []
+    if name == "cifar10":
+        folder = root / "cifar-10-batches-py"
+        return [] if _cifar_files(folder, split) else [folder / _cifar_names(split)[0]]
+    folder, prefix = root / _IDX_FOLDERS[name] / "raw", _IDX_PREFIX[split]
+    paths = [folder / f"{prefix}-{kind}-ubyte.gz" for kind in ("images-idx3", "labels-idx1")]
+    return [path for path in paths if not path.is_file()]
 
 
 def _missing(what: str, expected: Path) -> FileNotFoundError:
@@ -92,11 +109,18 @@ def _missing(what: str, expected: Path) -> FileNotFoundError:
     )
 
 
-def _download(fetch: Callable[[], object], expected: Path) -> None:
-    """Run torchvision's download; a failure (e.g. no internet) says where files should be."""
+def _download(fetch: Callable[[], object], expected: Path, folder: Path) -> None:
+    """Run torchvision's download into ``folder``; a failure (e.g. no internet) says where the
+    files should be and removes the folders it created that stayed empty."""
+    created = [d for d in (folder, *folder.parents) if not d.exists()]  # deepest first
     try:
         fetch()
     except (RuntimeError, OSError) as error:
+        for directory in created:
+            try:
+                directory.rmdir()  # only if empty: a partial download stays for a retry
+            except OSError:
+                break
         raise FileNotFoundError(
             f"dataset not found at {expected} and the download failed ({error}). Set "
             "dataset.root (or the FEDSIM_DATA environment variable) to a folder holding it."
@@ -119,7 +143,8 @@ def _load_idx(name: str, root: Path, download: bool, split: str) -> tuple[np.nda
         import torchvision.datasets as tvd  # slow import, only needed to download
 
         dataset = getattr(tvd, _IDX_FOLDERS[name])
-        _download(lambda: dataset(str(root), train=split == "train", download=True), images_path)
+        fetch = partial(dataset, str(root), train=split == "train", download=True)
+        _download(fetch, images_path, folder)
     images = _read_idx(images_path, 16).reshape(-1, 1, 28, 28)
     labels = _read_idx(labels_path, 8)
     if len(images) != len(labels):
@@ -127,9 +152,12 @@ def _load_idx(name: str, root: Path, download: bool, split: str) -> tuple[np.nda
     return images, labels
 
 
+def _cifar_names(split: str) -> list[str]:
+    return [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
+
+
 def _cifar_files(folder: Path, split: str) -> list[Path]:
-    names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
-    return [folder / n for n in names if (folder / n).is_file()]
+    return [folder / n for n in _cifar_names(split) if (folder / n).is_file()]
 
 
 def _load_cifar10(root: Path, download: bool, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +168,8 @@ def _load_cifar10(root: Path, download: bool, split: str) -> tuple[np.ndarray, n
             raise _missing(f"CIFAR-10 {split} batches", folder)
         import torchvision.datasets as tvd  # slow import, only needed to download
 
-        _download(lambda: tvd.CIFAR10(str(root), train=split == "train", download=True), folder)
+        fetch = partial(tvd.CIFAR10, str(root), train=split == "train", download=True)
+        _download(fetch, folder, folder)
         files = _cifar_files(folder, split)
     images, labels = [], []
     for path in files:  # the offline copy has batches 1..3 only: use whichever exist
@@ -175,10 +204,15 @@ def load_pool(
     _check_choice("split", split, ("train", "test"))
     if name == "synthetic":
         images, labels = _synthetic(split)
-    elif name == "cifar10":
-        images, labels = _load_cifar10(_resolve_root(root), download, split)
     else:
-        images, labels = _load_idx(name, _resolve_root(root), download, split)
+        resolved = _resolve_root(root)
+        problem = data_root_problem(resolved)  # never download into a folder nobody chose
+        if problem is not None:
+            raise FileNotFoundError(problem)
+        if name == "cifar10":
+            images, labels = _load_cifar10(resolved, download, split)
+        else:
+            images, labels = _load_idx(name, resolved, download, split)
     return torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64, copy=False))
 
 

@@ -8,6 +8,7 @@ free of any learning concern.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 
@@ -50,7 +51,10 @@ def read_availability_trace(path: Path) -> list[tuple[float, int, bool]]:
         reader = csv.DictReader(f)
         if reader.fieldnames is None or set(reader.fieldnames) != {"time_s", "client", "state"}:
             raise ValueError(f"{path}: the header must be time_s,client,state")
-        for line, row in enumerate(reader, start=2):
+        for row in reader:
+            line = reader.line_num
+            if None in row or None in row.values():  # DictReader's marks of a wrong field count
+                raise ValueError(f"{path}:{line}: expected 3 fields: time_s,client,state")
             state = row["state"].strip()
             if state not in ("online", "offline"):
                 raise ValueError(f"{path}:{line}: state must be online or offline, got {state!r}")
@@ -60,8 +64,8 @@ def read_availability_trace(path: Path) -> list[tuple[float, int, bool]]:
                 raise ValueError(
                     f"{path}:{line}: time_s must be a number, client an integer"
                 ) from None
-            if time_s < 0 or client < 0:
-                raise ValueError(f"{path}:{line}: time_s and client must be >= 0")
+            if not (math.isfinite(time_s) and time_s >= 0) or client < 0:
+                raise ValueError(f"{path}:{line}: time_s and client must be finite and >= 0")
             rows.append((time_s, client, state == "online"))
     return sorted(rows)
 

@@ -9,6 +9,7 @@ Edge-list files hold one ``u v [rate_mbps]`` per line; ``#`` starts a comment.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -103,10 +104,10 @@ def _read_edge_list(path: Path, num_nodes: int) -> nx.Graph:
             raise ValueError(f"{where}: duplicate edge {u}-{v}")
         if rate_mbps is None:
             graph.add_edge(u, v)
-        elif rate_mbps > 0:
+        elif 0 < rate_mbps < math.inf:
             graph.add_edge(u, v, rate_bps=rate_mbps * 1e6)
         else:
-            raise ValueError(f"{where}: rate_mbps must be positive, got {rate_mbps}")
+            raise ValueError(f"{where}: rate_mbps must be positive and finite, got {rate_mbps}")
     return graph
 
 
