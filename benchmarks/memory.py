@@ -10,8 +10,12 @@ clients by fedsim (the whole training split, so the dataset's share is the same 
 - ``naive``: what an FL library typically keeps: one ``nn.Module`` per client
   (``copy.deepcopy`` of the global one), plus the global module.
 - ``fedsim_ditto_round``: a real Ditto round on fedsim's World with every client selected;
-  afterwards each client holds its personal model. Its peak also holds what synchronous
-  FedAvg needs at once: every client's uploaded model and their stack for the average.
+  afterwards each client holds its personal model. Its peak also holds what its FedAvg
+  server needs at once.
+- ``fedavg_round``: a FedAvg round of every client, whose server folds each upload into a
+  running sum as it arrives (one model's worth of float64), and ``fedavg_round_stacked``: the
+  same round with the server fedsim had before (and most FL code has): it keeps every
+  upload of the round, then averages their stack (two copies of all uploads at the peak).
 
 RSS comes from /proc/self/status (VmRSS now, VmHWM the peak; ``resource.getrusage`` where
 there is no /proc) and includes importing torch and the dataset, reported separately. The
@@ -38,7 +42,7 @@ from benchmarks._common import base_parser, table, write_results
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_BYTES = 1e9
-LAYOUTS = ("fedsim", "naive", "fedsim_ditto_round")
+LAYOUTS = ("fedsim", "naive", "fedsim_ditto_round", "fedavg_round", "fedavg_round_stacked")
 
 
 def rss_bytes() -> dict:
@@ -52,7 +56,7 @@ def rss_bytes() -> dict:
     return {"rss": peak, "peak": peak}
 
 
-def _scenario(clients: int, model: str, dataset: str):
+def _scenario(clients: int, model: str, dataset: str, algorithm: str = "ditto"):
     from fedsim.config import parse_scenario
 
     return parse_scenario(
@@ -62,8 +66,10 @@ def _scenario(clients: int, model: str, dataset: str):
             "dataset": {"name": dataset, "partition": {"kind": "iid"}, "download": False},
             "model": {"name": model},
             "clients": {"count": clients},
+            # compute 1 s + Exp(1 s): uploads arrive spread out, as they do on real devices
+            "system": {"compute": {"t_min_s": 1.0, "mean_extra_s": 1.0}},
             "training": {"batch_size": 32, "local_epochs": 1},
-            "algorithms": [{"name": "ditto", "client_fraction": 1.0, "personal_epochs": 1}],
+            "algorithms": [{"name": algorithm, "client_fraction": 1.0}],
             "run": {"rounds": 1},
         }
     )
@@ -80,7 +86,7 @@ def child(layout: str, clients: int, model: str, dataset: str) -> dict:
 
     torch.set_num_threads(1)  # the same thread pools (and their stacks) in both layouts
     start = rss_bytes()["rss"]
-    sc = _scenario(clients, model, dataset)
+    sc = _scenario(clients, model, dataset, "ditto" if layout.startswith("fedsim") else "fedavg")
     data = build_dataset(sc)
     trainers = build_trainers(sc, data)
     after_data = rss_bytes()["rss"]
@@ -97,14 +103,18 @@ def child(layout: str, clients: int, model: str, dataset: str) -> dict:
         held = [p for m in modules for p in m.parameters()]
     else:
         algorithm = sc.algorithms[0]
+        server = stacked_fedavg if layout == "fedavg_round_stacked" else ALGORITHMS[algorithm.name]
         with tempfile.TemporaryDirectory() as run_dir:
-            recorder = Recorder(Path(run_dir), scenario_name=sc.name, label="ditto",
+            recorder = Recorder(Path(run_dir), scenario_name=sc.name, label=algorithm.name,
                                 target_accuracy=None, resolved_scenario_yaml="")  # fmt: skip
             world = World(sc, algorithm, data, trainers, recorder)
-            world.run(ALGORITHMS[algorithm.name](world, algorithm))
+            world.run(server(world, algorithm))
             world.finish(complete=True)
-        models = world._models  # each present client's personal model after the round
-        held = list({id(models[c]): models[c] for c in models}.values())
+        models = world._models  # the global model, or each client's personal one (Ditto)
+        if isinstance(models, torch.Tensor):
+            held = [models]
+        else:
+            held = list({id(models[c]): models[c] for c in models}.values())
     end = rss_bytes()
     return {
         "layout": layout,
@@ -118,6 +128,25 @@ def child(layout: str, clients: int, model: str, dataset: str) -> dict:
         "rss_peak": end["peak"],
         "models_rss": end["rss"] - after_data,
     }
+
+
+def stacked_fedavg(world, config):
+    """FedAvg's server as it was before the running sum: every kept upload stays until the
+    round closes, then the stack of them is averaged (the baseline of ``fedavg_round``)."""
+    import torch
+
+    from fedsim.algorithms._sync import gather_updates
+    from fedsim.algorithms.fedavg import client_update
+
+    params = world.initial_params()
+    for round_index in world.rounds():
+        selected = yield from world.select_clients(config.client_fraction)
+        arrivals = world.send_down(selected, params)
+        bodies = {c: client_update(world, c, params, arrivals[c]) for c in selected}
+        results = yield from gather_updates(world, config, bodies)
+        weights = torch.tensor([float(world.num_train(c)) for c in results])
+        params = (weights / weights.sum()) @ torch.stack([r.params for r in results.values()])
+        world.end_round(round_index, params, participants=len(results))
 
 
 def measure(layout: str, clients: int, model: str, dataset: str) -> dict:
@@ -155,11 +184,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
         row["models_MB"] = row["models_rss"] / 1e6
         row["rss_final_MB"] = row["rss_final"] / 1e6
         row["rss_peak_MB"] = row["rss_peak"] / 1e6
-    fedsim, naive, _ = rows
+    fedsim, naive, _, streaming, stacked = rows
     results = {
         "target_bytes": TARGET_BYTES,
         "rows": rows,
         "naive_over_fedsim_models": naive["models_rss"] / max(fedsim["models_rss"], 1),
+        "stacked_over_streaming_round_peak": (stacked["rss_peak"] - stacked["rss_after_data"])
+        / max(streaming["rss_peak"] - streaming["rss_after_data"], 1),
     }
     path = write_results("memory", results, args.out)
     print(table(rows, COLUMNS))

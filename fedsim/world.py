@@ -26,7 +26,7 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.config import AlgorithmConfig, Scenario
+from fedsim.config import AlgorithmConfig, Scenario, ScenarioError
 from fedsim.learn.data import ClientShard, FederatedDataset, build_public_set
 from fedsim.learn.trainer import Distillation, Ensemble, EvalResult, Trainer, TrainResult
 from fedsim.recorder import ClientScore, Recorder
@@ -88,6 +88,7 @@ class Task:
     started_s: float
     delivered: simpy.Event
     process: simpy.Process | None = None
+    on_delivery: Callable[[int, object], object] | None = None  # the server's, as it arrives
     compute_started_s: float | None = None
     downlink_queue_s: float = 0.0
     downlink_s: float = 0.0
@@ -567,6 +568,7 @@ class World:
         prox_center: torch.Tensor | None = None,
         prox_mu: float = 0.0,
         distill: Distillation | None = None,
+        correction: torch.Tensor | None = None,
     ) -> Generator[simpy.Event, None, TrainResult]:
         """Process body: the client's device spends its compute time, then returns its training.
 
@@ -593,7 +595,9 @@ class World:
         # Counted in trainings finished (a client trains one model at a time).
         seed = self.streams.integer_seed("batches", client, self._trainings_done[client])
         center = prox_center if prox_mu else None
-        job = _QueuedTraining(trainer, params, x, y, steps, seed, center, prox_mu, distill)
+        job = _QueuedTraining(
+            trainer, params, x, y, steps, seed, center, prox_mu, distill, correction
+        )
         self._training_queue[job] = None
         try:
             yield from self.work(client, steps, samples)
@@ -628,6 +632,7 @@ class World:
             prox_center=[job.prox_center for job in batch] if due.prox_center is not None else None,
             prox_mu=due.prox_mu,
             distill=due.distill,
+            correction=[job.correction for job in batch] if due.correction is not None else None,
         )
         for job, result in zip(batch, results, strict=True):
             job.result = result
@@ -658,6 +663,8 @@ class World:
             return  # lost or cancelled: the primitives logged what was wasted
         finally:
             self._tasks[task.client].discard(task)
+        if task.on_delivery is not None:
+            value = task.on_delivery(task.client, value)
         task.delivered.succeed(value)
 
     def cancel(self, task: Task) -> None:
@@ -674,30 +681,48 @@ class World:
         *,
         deadline_s: float | None = None,
         keep_first: int | None = None,
+        take: Callable[[int, object], object] | None = None,
     ) -> Generator[simpy.Event, object, dict[int, object]]:
         """Process body: wait for the tasks under the server's policy; returns what it keeps.
 
         Wait for all, or for the first ``keep_first`` deliveries (over-selection), or until
         ``deadline_s`` after the round started, whichever comes first. Unfinished tasks are
         then cancelled (their bytes on the air are wasted), extra deliveries dropped.
+        ``take(client, update)`` is called on each kept update the moment it arrives, and
+        what it returns is kept in its place: a server that folds updates into a running sum
+        holds one sum, not every upload of the round.
         """
-        arrivals: list[int] = []
-        for client, task in tasks.items():
-            task.delivered.callbacks.append(lambda _, client=client: arrivals.append(client))
+        kept: list[int] = []
         needed = len(tasks) if keep_first is None else min(keep_first, len(tasks))
-        enough = simpy.events.Condition(
-            self.env, lambda events, count: count >= needed, [t.delivered for t in tasks.values()]
-        )
+        enough = self.env.event()
+        closed = False
+
+        def arrive(client: int, update: object) -> object:
+            if closed or len(kept) == needed:
+                return update  # surplus (dropped below) or late (cancelled at the close)
+            kept.append(client)
+            if len(kept) == needed:
+                enough.succeed()
+            return update if take is None else take(client, update)
+
+        for task in tasks.values():
+            task.on_delivery = arrive
+        if needed == 0:
+            enough.succeed()
         if deadline_s is None:
             yield enough
         else:
             remaining_s = self._round_started_s + deadline_s - self.env.now
             yield enough | self.env.timeout(max(0.0, remaining_s))
-        kept = arrivals[:needed]
+        closed = True
         yield from self.cancel_unfinished(tasks.values())
-        for client in arrivals[needed:]:
-            nbytes = self.payload_bytes(*_tensors_of(tasks[client].delivered.value))
-            self.log.update_dropped(client, nbytes, reason="surplus", round_index=self.round_index)
+        taken = set(kept)
+        for client, task in tasks.items():
+            if task.delivered.triggered and client not in taken:
+                nbytes = self.payload_bytes(*_tensors_of(task.delivered.value))
+                self.log.update_dropped(
+                    client, nbytes, reason="surplus", round_index=self.round_index
+                )
         self._note_round(tasks, kept)
         return {client: tasks[client].delivered.value for client in kept}
 
@@ -870,15 +895,18 @@ class _QueuedTraining:
     prox_center: torch.Tensor | None
     prox_mu: float
     distill: Distillation | None
+    correction: torch.Tensor | None
     result: TrainResult | None = None
 
     def batches_with(self, other: _QueuedTraining) -> bool:
-        """Same trainer and options (the prox center may differ), so one train_many runs both."""
+        """Same trainer and options (the prox center and correction may differ), so one
+        train_many runs both."""
         return (
             self.trainer is other.trainer
             and (self.prox_center is None) == (other.prox_center is None)
             and self.prox_mu == other.prox_mu
             and self.distill is other.distill
+            and (self.correction is None) == (other.correction is None)
         )
 
 

@@ -122,7 +122,7 @@ def first_model(tmp_path: Path, algorithm: dict, **overrides: dict) -> torch.Ten
 
 def test_fedbuff_first_model_is_a_fedavg_round_with_equal_data(tmp_path):
     # 6 identical clients with 160 training samples each; K = concurrency = 6, constant
-    # staleness, server_lr 1: x0 + (1/6) Σ (x_i - x0) is FedAvg's sample-weighted mean.
+    # staleness, server lr 1: x0 + (1/6) Σ (x_i - x0) is FedAvg's sample-weighted mean.
     fedavg = first_model(tmp_path, {"name": "fedavg"})
     fedbuff = first_model(
         tmp_path,

@@ -40,8 +40,9 @@ def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
         full = results["full_run"]
         assert 0 <= full["overhead_share"] < 1 and full["torch_s"] > 0
     else:
-        fedsim, naive, ditto = results["rows"]
+        fedsim, naive, ditto, streaming, stacked = results["rows"]
         assert fedsim["tensors_held"] == 11  # the global model and 10 personal ones
         assert all(_positive(r["rss_peak"]) and r["rss_peak"] >= r["rss_after_data"]
-                   for r in (fedsim, naive, ditto))  # fmt: skip
+                   for r in results["rows"])  # fmt: skip
         assert ditto["tensors_held"] == 10  # every client trained its personal model
+        assert streaming["tensors_held"] == stacked["tensors_held"] == 1  # the global model

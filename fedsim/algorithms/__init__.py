@@ -13,7 +13,11 @@ from fedsim.config import ALGORITHM_NAMES
 
 AlgorithmProcess = Callable[..., Generator]
 
-ALGORITHM_MODULES: dict[str, str] = {name: f"fedsim.algorithms.{name}" for name in ALGORITHM_NAMES}
+# FedOpt's named variants are FedAvg with a preset server optimizer.
+ALIASES = dict.fromkeys(("fedavgm", "fedadagrad", "fedadam", "fedyogi"), "fedavg")
+ALGORITHM_MODULES: dict[str, str] = {
+    name: f"fedsim.algorithms.{ALIASES.get(name, name)}" for name in ALGORITHM_NAMES
+}
 
 
 class _Registry(Mapping[str, AlgorithmProcess]):

@@ -2,20 +2,24 @@
 
 ``fedavg_server`` is FedAvg's server (see ``fedavg.py``) with the client's part of a round
 and the models evaluated as parameters, so FedProx, FedAvg+FT and Ditto differ from FedAvg
-only where their papers do. ``gather_updates`` and ``average_per_key`` serve the multi-model
-servers (Oracle, IFCA).
+only where their papers do. ``ServerModels`` holds a server's models (one, or one per group
+or cluster for Oracle and IFCA): each kept update is folded into its model's running average
+the moment it arrives (a round holds one sum per model, not every upload), and at the end
+of the round each model takes a step of its own server optimizer (FedOpt; plain averaging
+by default).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Hashable, Iterator, Mapping, Sequence
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import simpy
 import torch
 
-from fedsim.config import SyncServerConfig
-from fedsim.learn.aggregate import weighted_average
+from fedsim.config import ServerOptimizerConfig, SyncServerConfig
+from fedsim.learn.aggregate import RunningAverage
+from fedsim.learn.server_optimizers import ServerOptimizer, ServerOptimizerSpec
 from fedsim.learn.trainer import TrainResult
 from fedsim.world import Task, World
 
@@ -37,20 +41,20 @@ def fedavg_server(
 
     ``evaluated(round, global model)`` gives what the clients use at evaluation time.
     """
-    global_params = world.initial_params()
+    server = ServerModels(world, config.server_optimizer, {0: world.initial_params()})
+    global_params = server.models[0]
     world.set_models(evaluated(0, global_params))  # what clients use before round 1 ends
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
         arrivals = world.send_down(selected, global_params)
         bodies = {c: client_update(c, global_params, arrivals[c]) for c in selected}
-        results: dict[int, TrainResult] = yield from gather_updates(world, config, bodies)
-        if results:
-            global_params = weighted_average(
-                [r.params for r in results.values()], [world.num_train(c) for c in results]
-            )
-        world.end_round(
-            round_index, evaluated(round_index, global_params), participants=len(results)
-        )
+
+        def take(client: int, result: TrainResult) -> None:
+            server.add(0, client, result.params)
+
+        kept = yield from gather_updates(world, config, bodies, take=take)
+        global_params = server.step()[0]
+        world.end_round(round_index, evaluated(round_index, global_params), participants=len(kept))
 
 
 def gather_updates(
@@ -58,9 +62,11 @@ def gather_updates(
     config: SyncServerConfig,
     bodies: Mapping[int, Generator],
     barriers: Sequence[Barrier] = (),
+    take: Callable[[int, object], object] | None = None,
 ) -> Generator[simpy.Event, object, dict]:
     """Run each selected client's part of the round (held at ``barriers`` with the other
-    participants); return the updates the server keeps."""
+    participants); return the updates the server keeps, or what ``take`` made of each as
+    it arrived (see ``World.gather``)."""
     tasks = {c: world.start_task(c, body) for c, body in bodies.items()}
     for barrier in barriers:
         barrier.hold(tasks)
@@ -69,6 +75,7 @@ def gather_updates(
             tasks,
             deadline_s=config.deadline_s,
             keep_first=world.wanted_updates(config.client_fraction),
+            take=take,
         )
     )
 
@@ -98,20 +105,37 @@ class Barrier:
         return self._passed
 
 
-def average_per_key(
-    world: World,
-    models: Mapping[Key, torch.Tensor],
-    updates: Mapping[int, tuple[Key, torch.Tensor]],
-) -> dict[Key, torch.Tensor]:
-    """Each model becomes the sample-weighted mean of the updates addressed to it
-    (client -> (key, params)); a model nobody updated this round stays as it was."""
-    averaged = dict(models)
-    for key in {k for k, _ in updates.values()}:
-        senders = [c for c, (k, _) in updates.items() if k == key]
-        averaged[key] = weighted_average(
-            [updates[c][1] for c in senders], [world.num_train(c) for c in senders]
-        )
-    return averaged
+def server_optimizer(config: ServerOptimizerConfig) -> ServerOptimizer:
+    """A fresh optimizer of the scenario's kind (one per server model)."""
+    beta1, beta2 = config.betas
+    return ServerOptimizer(ServerOptimizerSpec(config.name, config.lr, beta1, beta2, config.tau))
+
+
+class ServerModels(Generic[Key]):
+    """A server's models by key, each with its own server optimizer.
+
+    ``add`` folds a kept update into its model's running average (weighted by the sender's
+    sample count) as it arrives; ``step`` ends the round: each model that got updates steps
+    from the average (plain FedAvg: becomes it), the others stay as they were.
+    """
+
+    def __init__(
+        self, world: World, config: ServerOptimizerConfig, models: Mapping[Key, torch.Tensor]
+    ) -> None:
+        self.models = dict(models)
+        self._world = world
+        self._optimizers = {key: server_optimizer(config) for key in self.models}
+        self._averages: dict[Key, RunningAverage] = {}
+
+    def add(self, key: Key, client: int, params: torch.Tensor) -> None:
+        self._averages.setdefault(key, RunningAverage()).add(params, self._world.num_train(client))
+
+    def step(self) -> dict[Key, torch.Tensor]:
+        """This round's models (a new dict: earlier rounds' views keep theirs)."""
+        for key, average in self._averages.items():
+            self.models[key] = self._optimizers[key].step(self.models[key], average.result())
+        self._averages = {}
+        return dict(self.models)
 
 
 class LazyModels(Mapping[int, torch.Tensor]):

@@ -16,7 +16,10 @@ on the negated cosine similarity. Members that sent no update this round join th
 mean update is closest (cosine) to their last known update, the first half if they never sent
 one. Then, as in the paper's Algorithm 1, each (new) cluster adds the sample-weighted mean of
 its own members' updates to its model, so both halves start from the split cluster's model.
-Each client is evaluated on its cluster's model.
+Each client is evaluated on its cluster's model. With a ``server_optimizer`` each cluster
+steps from its model towards model + that mean with an optimizer of its own, whose state
+both halves of a split inherit. The server needs every update of the round to decide a split,
+so it gathers them all (no running sum).
 
 Scale: eps1 and eps2 bound Euclidean norms of parameter updates, which grow with the learning
 rate, the local steps and the model's size; they have no universal values and must be tuned
@@ -42,8 +45,10 @@ import simpy
 import torch
 import torch.nn.functional as F
 
+from fedsim.algorithms._sync import server_optimizer
 from fedsim.config import CflConfig
 from fedsim.learn.aggregate import weighted_average
+from fedsim.learn.server_optimizers import ServerOptimizer
 from fedsim.world import World
 
 
@@ -51,6 +56,7 @@ from fedsim.world import World
 class Cluster:
     members: set[int]
     model: torch.Tensor
+    optimizer: ServerOptimizer
 
 
 @dataclass
@@ -69,7 +75,11 @@ def run(
     world: World, config: CflConfig, server: CflServer | None = None
 ) -> Generator[simpy.Event, object, None]:
     server = CflServer() if server is None else server
-    server.clusters.append(Cluster(set(world.client_ids), world.initial_params()))
+    server.clusters.append(
+        Cluster(
+            set(world.client_ids), world.initial_params(), server_optimizer(config.server_optimizer)
+        )
+    )
 
     def join(client: int) -> None:
         server.clusters[0].members.add(client)
@@ -111,9 +121,10 @@ def run(
         for cluster in server.clusters:
             mine = [c for c in sorted(cluster.members) if c in updates]
             if mine:
-                cluster.model = cluster.model + weighted_average(
+                mean_update = weighted_average(
                     [updates[c] for c in mine], [world.num_train(c) for c in mine]
                 )
+                cluster.model = cluster.optimizer.step(cluster.model, cluster.model + mean_update)
         models = {c: cluster.model for cluster in server.clusters for c in cluster.members}
         world.end_round(round_index, models, participants=len(updates))
 
@@ -145,7 +156,10 @@ def split(
     stacked = torch.stack([updates[c] for c in senders])
     directions = F.normalize(stacked, dim=1).double()
     parts = bipartition((directions @ directions.T).numpy())
-    halves = [Cluster({senders[k] for k in part}, cluster.model) for part in parts]
+    halves = [
+        Cluster({senders[k] for k in part}, cluster.model, cluster.optimizer.copy())
+        for part in parts
+    ]
     half_directions = F.normalize(torch.stack([stacked[part].mean(dim=0) for part in parts]), dim=1)
     for client in sorted(cluster.members - set(senders)):
         known = last_update.get(client)

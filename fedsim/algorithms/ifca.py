@@ -6,9 +6,11 @@ all k models to the selected clients in one transmission (k models' bytes, once)
 client estimates its cluster as the model of lowest loss on its training data, trains
 that model with the scenario's local work and uploads it with its cluster index (a
 1-element tensor). The server sets each cluster model to the sample-weighted mean of the
-updates for it; a cluster without updates keeps its model. Sent: k models down (one
-broadcast), (model + 1) values up per participant. Evaluation: every present client uses
-the cluster model of lowest loss on its own training data (``ClusterModels``).
+updates for it (folded in as they arrive; with a server optimizer, it steps towards that
+mean with its own state per cluster); a cluster without updates keeps its model. Sent: k
+models down (one broadcast), (model + 1) values up per participant. Evaluation: every
+present client uses the cluster model of lowest loss on its own training data
+(``ClusterModels``).
 
 Deviations: the k loss evaluations (k forward passes over the local data, about k/3 of an
 epoch's work) take no simulated time of their own: the round's compute time is the
@@ -23,25 +25,27 @@ from collections.abc import Generator, Mapping
 import simpy
 import torch
 
-from fedsim.algorithms._sync import LazyModels, average_per_key, gather_updates
+from fedsim.algorithms._sync import LazyModels, ServerModels, gather_updates
 from fedsim.config import IfcaConfig
 from fedsim.world import World
 
 
 def run(world: World, config: IfcaConfig) -> Generator[simpy.Event, object, None]:
-    models = initial_models(world, config.clusters)
+    server = ServerModels(world, config.server_optimizer, initial_models(world, config.clusters))
+    models = server.models
     world.set_models(ClusterModels(world, models))
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
         arrivals = world.send_down(selected, *models.values())
         bodies = {c: client_update(world, c, models, arrivals[c]) for c in selected}
-        updates: dict[int, tuple[torch.Tensor, torch.Tensor]] = yield from gather_updates(
-            world, config, bodies
-        )
-        models = average_per_key(
-            world, models, {c: (int(j), params) for c, (params, j) in updates.items()}
-        )
-        world.end_round(round_index, ClusterModels(world, models), participants=len(updates))
+
+        def take(client: int, update: tuple[torch.Tensor, torch.Tensor]) -> None:
+            params, index = update
+            server.add(int(index), client, params)
+
+        kept = yield from gather_updates(world, config, bodies, take=take)
+        models = server.step()
+        world.end_round(round_index, ClusterModels(world, models), participants=len(kept))
 
 
 def client_update(

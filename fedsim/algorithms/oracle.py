@@ -4,7 +4,8 @@ The upper reference of clustered and personalized FL: one model per group (``sha
 all starting from the common initial model. Each round the server selects clients as
 FedAvg does (among everyone online), sends each group's model to that group's selected
 members in one multicast (one transmission per group, one after another from the base
-station), and averages each group's kept updates by sample count; a group without
+station), and averages each group's kept updates by sample count (folded in as they
+arrive, then the group's server optimizer steps: plain FedAvg by default); a group without
 updates keeps its model. Sent: one model down per group with selected members, one model
 up per participant. Evaluation: every client uses its group's model.
 """
@@ -15,7 +16,7 @@ from collections.abc import Generator
 
 import simpy
 
-from fedsim.algorithms._sync import LazyModels, average_per_key, gather_updates
+from fedsim.algorithms._sync import LazyModels, ServerModels, gather_updates
 from fedsim.algorithms.fedavg import client_update
 from fedsim.config import OracleConfig
 from fedsim.learn.trainer import TrainResult
@@ -30,7 +31,10 @@ def run(world: World, config: OracleConfig) -> Generator[simpy.Event, object, No
             "split, e.g. dataset.partition.kind: label_groups"
         )
     initial = world.initial_params()
-    models = {g: initial for g in sorted(set(group.values()))}
+    server = ServerModels(
+        world, config.server_optimizer, dict.fromkeys(sorted(set(group.values())), initial)
+    )
+    models = server.models
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
         arrivals = {}
@@ -39,9 +43,11 @@ def run(world: World, config: OracleConfig) -> Generator[simpy.Event, object, No
             if members:
                 arrivals.update(world.send_down(members, model))
         bodies = {c: client_update(world, c, models[group[c]], arrivals[c]) for c in selected}
-        results: dict[int, TrainResult] = yield from gather_updates(world, config, bodies)
-        models = average_per_key(
-            world, models, {c: (group[c], r.params) for c, r in results.items()}
-        )
+
+        def take(client: int, result: TrainResult) -> None:
+            server.add(group[client], client, result.params)
+
+        kept = yield from gather_updates(world, config, bodies, take=take)
+        models = server.step()
         group_models = LazyModels(world, lambda c, models=models: models[group[c]])  # this round's
-        world.end_round(round_index, group_models, participants=len(results))
+        world.end_round(round_index, group_models, participants=len(kept))

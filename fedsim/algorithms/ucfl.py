@@ -48,7 +48,7 @@ import torch
 from fedsim.algorithms._sync import Barrier, gather_updates
 from fedsim.algorithms.fedavg import client_update
 from fedsim.config import UcflConfig
-from fedsim.learn.aggregate import weighted_average
+from fedsim.learn.aggregate import RunningAverage
 from fedsim.learn.clustering import kmeans, silhouette
 from fedsim.learn.trainer import TrainResult
 from fedsim.sim.compute import expected_max_completion_s
@@ -88,6 +88,7 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
             world, reporters, labels, model_bytes, config.timing
         )
     stream_of = dict(zip(reporters, labels.tolist(), strict=True))
+    column = {c: j for j, c in enumerate(reporters)}  # of W and of the centroids
     largest = int(np.bincount(labels).argmax())
     streams = [theta0] * k
     world.save_arrays(
@@ -118,15 +119,20 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
         else:
             barriers = ()
             bodies = {c: client_update(world, c, start[c], arrivals[c]) for c in selected}
-        results = yield from gather_updates(world, config, bodies, barriers)
-        arrived = [c for c in results if c in stream_of]
-        columns = [reporters.index(c) for c in arrived]
-        for n in range(k):
-            mass = centroids[n, columns]
-            if mass.sum() > MIN_STREAM_MASS:  # else none of its weight arrived (it underflowed)
-                streams[n] = weighted_average([results[c].params for c in arrived], mass.tolist())
+        sums = [RunningAverage() for _ in range(k)]
+
+        def take(client: int, result: TrainResult, sums: list[RunningAverage] = sums) -> None:
+            """Fold the upload into every stream's weighted sum as it arrives."""
+            if client in column:  # a client without a row of W carries no weight
+                for n, total in enumerate(sums):
+                    total.add(result.params, float(centroids[n, column[client]]))
+
+        kept = yield from gather_updates(world, config, bodies, barriers, take)
+        for n, total in enumerate(sums):
+            if total.weight > MIN_STREAM_MASS:  # else none of its weight arrived (underflow)
+                streams[n] = total.result()
         models = {c: streams[stream_of.get(c, largest)] for c in world.present}
-        world.end_round(round_index, models, participants=len(results))
+        world.end_round(round_index, models, participants=len(kept))
 
 
 def barrier_update(

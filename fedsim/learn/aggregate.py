@@ -7,18 +7,47 @@ from collections.abc import Sequence
 import torch
 
 
-def weighted_average(vectors: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
-    """sum_i w_i v_i / sum_i w_i (FedAvg weights by local sample counts).
+class RunningAverage:
+    """Σ_i w_i v_i / Σ_i w_i, folded in one vector at a time.
 
-    Weights are checked in Python so that shape-only ("meta") tensors of a timing-only
-    run go through the same code.
+    A server adds each update as it arrives and holds one sum, not the round's uploads. The
+    sum is kept in float64: the products of float32 entries and sample counts are exact
+    there and a round's rounding stays far below float32's, so the float32 result does not
+    depend on the order the updates arrived in (nor on a BLAS kernel, as a stacked matrix
+    product would). Shape-only ("meta") vectors of a timing-only run go through the same
+    code without arithmetic.
     """
+
+    def __init__(self) -> None:
+        self._sum: torch.Tensor | None = None
+        self._dtype = torch.float32
+        self.weight = 0.0  # Σ w_i so far
+
+    def add(self, vector: torch.Tensor, weight: float) -> None:
+        if weight < 0:
+            raise ValueError(f"weights must be non-negative, got {weight}")
+        self.weight += weight
+        if self._sum is None:
+            self._dtype = vector.dtype
+            self._sum = torch.zeros(vector.shape, dtype=torch.float64, device=vector.device)
+        if not vector.is_meta:
+            self._sum.add_(vector, alpha=weight)
+
+    def result(self) -> torch.Tensor:
+        """The weighted mean so far, in the vectors' dtype."""
+        if self._sum is None or self.weight <= 0:
+            raise ValueError("need at least one vector and a positive total weight")
+        if self._sum.is_meta:
+            return torch.empty_like(self._sum, dtype=self._dtype)
+        return (self._sum / self.weight).to(self._dtype)
+
+
+def weighted_average(vectors: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+    """sum_i w_i v_i / sum_i w_i (FedAvg weights by local sample counts), as a
+    ``RunningAverage`` of the vectors in the order given."""
     if len(vectors) != len(weights) or not vectors:
         raise ValueError("need one weight per vector and at least one vector")
-    if min(weights) < 0 or sum(weights) <= 0:
-        raise ValueError("weights must be non-negative with a positive sum")
-    if vectors[0].is_meta:
-        return torch.empty_like(vectors[0])  # timing-only run: only the shape matters
-    total = float(sum(weights))
-    w = torch.tensor([wi / total for wi in weights], dtype=vectors[0].dtype)
-    return w.to(vectors[0].device) @ torch.stack(list(vectors))
+    average = RunningAverage()
+    for vector, weight in zip(vectors, weights, strict=True):
+        average.add(vector, weight)
+    return average.result()

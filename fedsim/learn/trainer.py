@@ -301,13 +301,15 @@ class Trainer:
         prox_center: torch.Tensor | None = None,
         prox_mu: float = 0.0,
         distill: Distillation | None = None,
+        correction: torch.Tensor | None = None,
     ) -> TrainResult:
         """Mini-batch training from ``params`` with a fresh optimizer (stateless FL clients).
 
         Batches follow one permutation per epoch from a generator seeded with ``seed`` (steps
         mode cycles through further permutations); the last partial batch is kept. With
         ``prox_center`` the loss gains prox_mu/2 * ||w - prox_center||^2 (FedProx, Ditto);
-        with ``distill`` it gains the co-distillation term on a public batch per step.
+        with ``distill`` it gains the co-distillation term on a public batch per step;
+        ``correction`` is added to every step's gradient (SCAFFOLD's c - c_i).
         """
         n = len(x)
         if len(y) != n:
@@ -317,6 +319,7 @@ class Trainer:
             raise ValueError("cannot train on an empty dataset")
         x, y = x.to(self.device), y.to(self.device)
         center = None if prox_center is None or not prox_mu else prox_center.to(self.device)
+        shift = None if correction is None else correction.to(self.device)
         w, g = self._flat, self._grad
         with torch.no_grad():
             w.copy_(params)
@@ -333,6 +336,8 @@ class Trainer:
             with torch.no_grad():
                 if center is not None:
                     g.add_(w, alpha=prox_mu).sub_(center, alpha=prox_mu)
+                if shift is not None:
+                    g.add_(shift)
                 opt.step(w, g)
             loss_sum += loss.detach()
             done += 1
@@ -352,12 +357,14 @@ class Trainer:
         prox_center: torch.Tensor | Sequence[torch.Tensor] | None = None,
         prox_mu: float = 0.0,
         distill: Distillation | None = None,
+        correction: Sequence[torch.Tensor] | None = None,
     ) -> list[TrainResult]:
         """``[train(p, x, y, steps=..., seed=s, ...) for ...]``, equal within fp tolerance.
 
         ``steps`` may differ per client; ``prox_center`` is one tensor for all or one per
-        client. ``engine`` (default: the trainer's) picks how: "loop" trains one client after
-        the other, "vmap" all at once (where the model allows it, see ``engine_for``).
+        client, ``correction`` one per client. ``engine`` (default: the trainer's) picks how:
+        "loop" trains one client after the other, "vmap" all at once (where the model allows
+        it, see ``engine_for``).
         """
         count = len(params)
         if not count:
@@ -376,17 +383,21 @@ class Trainer:
             prox_center = [prox_center] * count
         elif len(prox_center) != count or any(c is None for c in prox_center):
             raise ValueError(f"give one prox center per client ({count}) or a common one")
+        shifts = [None] * count if correction is None else list(correction)
+        if len(shifts) != count or (correction is not None and any(d is None for d in shifts)):
+            raise ValueError(f"give one correction per client ({count})")
         if self.engine_for(count, engine, distill) == "loop":
             return [
                 self.train(
-                    p, x, y, steps=k, seed=s, prox_center=c, prox_mu=prox_mu, distill=distill
+                    p, x, y, steps=k, seed=s, prox_center=c, prox_mu=prox_mu, distill=distill,
+                    correction=d,
                 )
-                for p, (x, y), k, s, c in zip(
-                    params, datasets, step_counts, seeds, prox_center, strict=True
+                for p, (x, y), k, s, c, d in zip(
+                    params, datasets, step_counts, seeds, prox_center, shifts, strict=True
                 )
-            ]
+            ]  # fmt: skip
         centers = prox_center if prox_mu and prox_center[0] is not None else None
-        return self._train_vmap(params, datasets, step_counts, seeds, centers, prox_mu)
+        return self._train_vmap(params, datasets, step_counts, seeds, centers, prox_mu, correction)
 
     def engine_for(
         self, count: int, engine: Engine | None = None, distill: Distillation | None = None
@@ -437,6 +448,7 @@ class Trainer:
         seeds: Sequence[int],
         centers: Sequence[torch.Tensor] | None,
         prox_mu: float,
+        corrections: Sequence[torch.Tensor] | None,
     ) -> list[TrainResult]:
         """All clients' steps in lockstep: one vmapped forward/backward and optimizer step.
 
@@ -473,6 +485,9 @@ class Trainer:
         index, weight = index.to(self.device), weight.to(self.device)
         layers = self._stacked([params[i] for i in order])
         center_layers = None if centers is None else self._stacked([centers[i] for i in order])
+        shift_layers = (
+            None if corrections is None else self._stacked([corrections[i] for i in order])
+        )
         optimizers = [make_optimizer(self.optimizer, layer) for layer in layers]
         loss_sum = torch.zeros(len(order), device=self.device)
         active = len(order)
@@ -488,6 +503,8 @@ class Trainer:
                 for j, (w, g, opt) in enumerate(zip(ws, gs, optimizers, strict=True)):
                     if center_layers is not None:
                         g.add_(w, alpha=prox_mu).sub_(center_layers[j][:active], alpha=prox_mu)
+                    if shift_layers is not None:
+                        g.add_(shift_layers[j][:active])
                     opt.step(w, g)  # w is a view: the stacked layer is updated in place
             loss_sum[:active] += loss.detach()
         trained = torch.cat([layer.reshape(len(order), -1) for layer in layers], dim=1)
