@@ -231,8 +231,11 @@ class World:
         if d2d is None:
             return None
         rng = self.streams.generator("topology")
-        graph = build_graph(d2d.graph, num_clients, rng, p=d2d.p, radius=d2d.radius,
-                            edge_list_path=d2d.edge_list)  # fmt: skip
+        try:
+            graph = build_graph(d2d.graph, num_clients, rng, p=d2d.p, radius=d2d.radius,
+                                edge_list_path=d2d.edge_list)  # fmt: skip
+        except ValueError as error:  # e.g. a random graph that will not come out connected
+            raise ScenarioError("system.d2d", [f"system.d2d.graph: {error}"]) from None
         rates_bps = d2d.rate_mbps.sample(rng, graph.number_of_edges()) * 1e6
         assign_edge_rates(graph, rates_bps, d2d.latency_s)
         return graph

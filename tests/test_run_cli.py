@@ -102,3 +102,16 @@ def test_version(capsys):
         main(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.strip() == f"fedsim {__version__}"
+
+
+@pytest.mark.parametrize("command", ["run", "budget"])
+def test_a_d2d_graph_that_cannot_be_connected_is_a_clear_error(tmp_path, capsys, command):
+    path = write_scenario(
+        tmp_path,
+        clients={"count": 30},
+        system={"d2d": {"graph": "erdos_renyi", "p": 0.001}},
+        algorithms=[{"name": "dsgd"}],
+    )
+    assert main([command, str(path), *(["--quiet"] if command == "run" else [])]) == 2
+    error = capsys.readouterr().err
+    assert "system.d2d.graph" in error and "disconnected" in error and "Traceback" not in error
