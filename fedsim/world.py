@@ -733,8 +733,11 @@ class World:
         """Process body: give up on the tasks that have not delivered, and return once they
         have stopped (at this same instant), so the bytes they had on the air are logged as
         wasted before the round closes, in the round that cut them."""
-        stopping = [task.process for task in tasks if not task.delivered.triggered]
-        stopping = [process for process in stopping if process is not None and process.is_alive]
+        stopping = [
+            task.process
+            for task in tasks
+            if not task.delivered.triggered and task.process is not None and task.process.is_alive
+        ]
         for process in stopping:
             process.interrupt(CANCELLED)
         if stopping:

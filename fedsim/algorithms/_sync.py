@@ -43,15 +43,15 @@ def fedavg_server(
     """
     server = ServerModels(world, config.server_optimizer, {0: world.initial_params()})
     global_params = server.models[0]
+
+    def take(client: int, result: TrainResult) -> None:
+        server.add(0, client, result.params)
+
     world.set_models(evaluated(0, global_params))  # what clients use before round 1 ends
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
         arrivals = world.send_down(selected, global_params)
         bodies = {c: client_update(c, global_params, arrivals[c]) for c in selected}
-
-        def take(client: int, result: TrainResult) -> None:
-            server.add(0, client, result.params)
-
         kept = yield from gather_updates(world, config, bodies, take=take)
         global_params = server.step()[0]
         world.end_round(round_index, evaluated(round_index, global_params), participants=len(kept))

@@ -34,15 +34,15 @@ def run(world: World, config: IfcaConfig) -> Generator[simpy.Event, object, None
     server = ServerModels(world, config.server_optimizer, initial_models(world, config.clusters))
     models = server.models
     world.set_models(ClusterModels(world, models))
+
+    def take(client: int, update: tuple[torch.Tensor, torch.Tensor]) -> None:
+        params, index = update
+        server.add(int(index), client, params)
+
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
         arrivals = world.send_down(selected, *models.values())
         bodies = {c: client_update(world, c, models, arrivals[c]) for c in selected}
-
-        def take(client: int, update: tuple[torch.Tensor, torch.Tensor]) -> None:
-            params, index = update
-            server.add(int(index), client, params)
-
         kept = yield from gather_updates(world, config, bodies, take=take)
         models = server.step()
         world.end_round(round_index, ClusterModels(world, models), participants=len(kept))

@@ -35,6 +35,10 @@ def run(world: World, config: OracleConfig) -> Generator[simpy.Event, object, No
         world, config.server_optimizer, dict.fromkeys(sorted(set(group.values())), initial)
     )
     models = server.models
+
+    def take(client: int, result: TrainResult) -> None:
+        server.add(group[client], client, result.params)
+
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
         arrivals = {}
@@ -43,10 +47,6 @@ def run(world: World, config: OracleConfig) -> Generator[simpy.Event, object, No
             if members:
                 arrivals.update(world.send_down(members, model))
         bodies = {c: client_update(world, c, models[group[c]], arrivals[c]) for c in selected}
-
-        def take(client: int, result: TrainResult) -> None:
-            server.add(group[client], client, result.params)
-
         kept = yield from gather_updates(world, config, bodies, take=take)
         models = server.step()
         group_models = LazyModels(world, lambda c, models=models: models[group[c]])  # this round's
