@@ -17,7 +17,7 @@ from typing import IO, Protocol
 
 import numpy as np
 
-from analysis.churn import recovery_after
+from fedsim.results.recovery import recovery_after
 
 METRICS_COLUMNS = (
     "time_s", "round", "accuracy", "worst_accuracy", "p10_accuracy", "p50_accuracy",
