@@ -33,7 +33,7 @@ from fedsim.algorithms import ALGORITHMS
 from fedsim.config import Scenario, load_scenario, parse_scenario
 from fedsim.learn.data import FederatedDataset
 from fedsim.learn.trainer import Trainer
-from fedsim.recorder import Recorder
+from fedsim.results.recorder import Recorder
 from fedsim.runner import build_dataset, build_trainers, run_algorithm
 from fedsim.world import World
 

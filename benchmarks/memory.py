@@ -80,7 +80,7 @@ def child(layout: str, clients: int, model: str, dataset: str) -> dict:
     import torch
 
     from fedsim.algorithms import ALGORITHMS
-    from fedsim.recorder import Recorder
+    from fedsim.results.recorder import Recorder
     from fedsim.runner import build_dataset, build_trainers
     from fedsim.world import World
 
@@ -110,7 +110,7 @@ def child(layout: str, clients: int, model: str, dataset: str) -> dict:
             world = World(sc, algorithm, data, trainers, recorder)
             world.run(server(world, algorithm))
             world.finish(complete=True)
-        models = world._models  # the global model, or each client's personal one (Ditto)
+        models = world.models  # the global model, or each client's personal one (Ditto)
         if isinstance(models, torch.Tensor):
             held = [models]
         else:

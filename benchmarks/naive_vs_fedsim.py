@@ -41,9 +41,10 @@ from benchmarks._common import base_parser, set_threads, table, write_results
 from fedsim.algorithms import ALGORITHMS
 from fedsim.config import Scenario, parse_scenario
 from fedsim.learn.data import FederatedDataset
-from fedsim.recorder import Recorder
+from fedsim.results.recorder import Recorder
 from fedsim.runner import build_dataset, build_trainers
-from fedsim.world import RandomStreams, World
+from fedsim.streams import RandomStreams
+from fedsim.world import World
 
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's normalization, as fedsim's data module uses
 PARAMS_RTOL = 1e-4  # ||fedsim - naive|| / ||fedsim||: same arithmetic up to float rounding
@@ -84,7 +85,7 @@ def run_fedsim(sc: Scenario, dataset: FederatedDataset) -> tuple[float, torch.Te
         world.run(ALGORITHMS[algorithm.name](world, algorithm))
         summary = world.finish(complete=True)
         seconds = time.perf_counter() - start
-    final = world._models  # the global model FedAvg set at its last round
+    final = world.models  # the global model FedAvg set at its last round
     return seconds, final, summary["final_accuracy"]
 
 

@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):  # torch is imported only when a run is asked for
     if name == "run_scenario":
-        from fedsim.runner import run_scenario
+        from fedsim.study import run_scenario
 
         return run_scenario
     raise AttributeError(f"module 'fedsim' has no attribute {name!r}")

@@ -17,10 +17,11 @@ from fedsim.algorithms import ALGORITHMS
 from fedsim.config import AlgorithmConfig, Scenario, SyncServerConfig
 from fedsim.learn.data import FederatedDataset
 from fedsim.learn.trainer import Trainer
-from fedsim.links import rate_distribution
-from fedsim.recorder import Recorder
+from fedsim.results.files import BREAKDOWN
+from fedsim.results.recorder import Recorder
 from fedsim.sim.compute import harmonic_number
-from fedsim.world import BREAKDOWN, World
+from fedsim.world import World
+from fedsim.world.network import rate_distribution
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Budget:
     wasted_bytes: int
     participants_per_round: float
     closed_form_round_s: float | None
-    radio: dict | None = None  # with system.radio: the rate distribution (links.rate_distribution)
+    radio: dict | None = None  # with system.radio: world.network.rate_distribution
     energy_j: dict | None = None  # with system.energy: joules by category, over the run
 
     def as_dict(self) -> dict:
@@ -106,9 +107,7 @@ def budget_algorithm(
         d2d_bytes=log.d2d_bytes,
         wasted_bytes=log.wasted_bytes,
         participants_per_round=float(np.mean([r["completed"] for r in rows])) if rows else 0.0,
-        closed_form_round_s=world.closed_form_round_s
-        if world.closed_form_round_s is not None
-        else closed_form_round_s(scenario, algorithm, world),
+        closed_form_round_s=closed_form_round_s(scenario, algorithm, world),
         radio=rate_distribution(world.network.radio) if world.network.radio else None,
         energy_j=world.energy.meter.totals() if world.energy else None,
     )
@@ -120,14 +119,18 @@ FEDAVG_PATTERN = ("fedavg", "fedprox", "fedavg_ft")  # one model down, one train
 def closed_form_round_s(
     scenario: Scenario, algorithm: AlgorithmConfig, world: World
 ) -> float | None:
-    """E[round time] of a synchronous round where a closed form is exact, else None.
+    """E[round time] of a synchronous round where a closed form is exact, else None: the
+    algorithm's own (``World.closed_form_round_s``), or FedAvg's round.
 
-    Exact when every client has the same link, compute is per round with no device
+    FedAvg's is exact when every client has the same link, compute is per round with no device
     classes, stragglers or tail, nobody drops out and the server waits for all m selected:
     broadcast T_dl + E[max of m shifted exponentials] + T_ul (parallel uplink), or with
     deterministic compute, + m T_ul (TDMA) or + latency + m 8S/C (shared cell, m 8S/C
     within each client's own rate cap).
     """
+    stated_s = world.closed_form_round_s()
+    if stated_s is not None:
+        return stated_s
     system, clients = scenario.system, scenario.clients
     compute = system.compute
     homogeneous = (

@@ -19,8 +19,9 @@ from fedsim.config import AlgorithmConfig, Scenario, ScenarioError
 from fedsim.learn.data import FederatedDataset, build_federated_dataset, count_shards, pool_size
 from fedsim.learn.models import build_model
 from fedsim.learn.trainer import OptimizerSpec, Trainer, configure_threads
-from fedsim.recorder import Recorder
-from fedsim.world import RandomStreams, World
+from fedsim.results.recorder import Recorder
+from fedsim.streams import RandomStreams
+from fedsim.world import World
 
 
 def build_dataset(scenario: Scenario, *, timing_only: bool = False) -> FederatedDataset:
@@ -127,20 +128,6 @@ def churn_times_s(scenario: Scenario) -> list[float]:
     """Times of the scheduled arrivals and departures (the moments to measure recovery at)."""
     clients = scenario.clients
     return sorted({c.time_s for c in (*clients.arrivals.schedule, *clients.departures.schedule)})
-
-
-def run_scenario(
-    scenario: Scenario, *, only: Sequence[str] | None = None, show_progress: bool = True
-) -> Path:
-    """Run the scenario's algorithms (for every sweep value) one after another, in this
-    process (``fedsim.study.run_study`` also runs them on workers or Ray, and resumes).
-
-    Each run's folder is complete (metrics, summary, plots of the runs so far) before the
-    next run starts, so an interrupted scenario keeps what it measured.
-    """
-    from fedsim.study import run_study  # it builds on this module
-
-    return run_study(scenario, only=only, show_progress=show_progress)
 
 
 def plot_results(scenario: Scenario, results_dir: Path, labels: Sequence[str]) -> None:

@@ -64,6 +64,18 @@ def is_complete(results_dir: Path, label: str) -> bool:
         return False
 
 
+def run_scenario(
+    scenario: Scenario, *, only: Sequence[str] | None = None, show_progress: bool = True
+) -> Path:
+    """Run the scenario's algorithms (for every sweep value) one after another, in this
+    process (``run_study`` also runs them on workers or Ray, and resumes).
+
+    Each run's folder is complete (metrics, summary, plots of the runs so far) before the
+    next run starts, so an interrupted scenario keeps what it measured.
+    """
+    return run_study(scenario, only=only, show_progress=show_progress)
+
+
 def run_study(
     scenario: Scenario,
     *,

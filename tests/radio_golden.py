@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from fedsim.config import parse_scenario
-from fedsim.runner import run_scenario
+from fedsim.study import run_scenario
 from tests.conftest import tiny_scenario
 
 CASES: dict[str, dict] = {

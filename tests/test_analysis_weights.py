@@ -25,7 +25,7 @@ from analysis.weights import (
     snapshot_indices,
 )
 from fedsim.cli import main
-from fedsim.recorder import CLIENT_COLUMNS
+from fedsim.results.files import CLIENT_COLUMNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GROUPS = np.array([0, 1, 0, 2, 1, 0, 2, 1])  # group sizes 3, 3, 2 among n = 8

@@ -18,8 +18,8 @@ from fedsim.algorithms.cobo import run as run_cobo
 from fedsim.algorithms.federico import FedericoState, choose_neighbours
 from fedsim.algorithms.federico import run as run_federico
 from fedsim.config import CoboConfig, ScenarioError, parse_scenario
-from fedsim.runner import run_scenario
 from fedsim.sim.events import check_events
+from fedsim.study import run_scenario
 from tests.conftest import merge_into, tiny_scenario
 from tests.test_fedavg_world import MLP_32_PARAMS, make_world, read_metrics
 from tests.test_system_model import CHURN
@@ -112,7 +112,7 @@ def test_federico_ensemble_renormalizes_over_held_models_without_underflow(tmp_p
     state.ema_loss[0, :] = 800.0 + np.arange(len(state.ema_loss))
     state.ema_loss[0, unexplored] = 0.0
     assert all(state.weights(0, world.client_ids)[j] == 0.0 for j in held)
-    ensemble = world._models[0]
+    ensemble = world.models[0]
     expected = np.exp(-(state.ema_loss[0, held] - state.ema_loss[0, held].min()))
     assert ensemble.weights == pytest.approx(tuple(expected / expected.sum()))
 

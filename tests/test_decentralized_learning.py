@@ -15,7 +15,7 @@ import yaml
 
 from analysis.weights import load_collaboration
 from fedsim.config import parse_scenario
-from fedsim.runner import run_scenario
+from fedsim.study import run_scenario
 from tests.conftest import requires_real_data, tiny_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

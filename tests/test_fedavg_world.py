@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from fedsim.config import parse_scenario
-from fedsim.recorder import METRICS_COLUMNS, Recorder
-from fedsim.runner import build_dataset, build_trainers, run_scenario
+from fedsim.results.files import METRICS_COLUMNS
+from fedsim.results.recorder import Recorder
+from fedsim.runner import build_dataset, build_trainers
+from fedsim.study import run_scenario
 from fedsim.world import World
 from tests.conftest import requires_real_data, tiny_scenario
 

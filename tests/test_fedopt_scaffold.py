@@ -10,7 +10,7 @@ import torch
 
 from fedsim.algorithms import scaffold
 from fedsim.config import parse_scenario
-from fedsim.runner import run_scenario
+from fedsim.study import run_scenario
 from fedsim.world import World
 from tests.conftest import requires_real_data, tiny_scenario
 from tests.test_cfl_fedfomo import run_with_state

@@ -7,7 +7,8 @@ import csv
 import pytest
 
 from fedsim.config import ScenarioError, parse_scenario
-from fedsim.runner import build_dataset, build_trainers, run_scenario
+from fedsim.runner import build_dataset, build_trainers
+from fedsim.study import run_scenario
 from tests.conftest import requires_real_data, tiny_scenario
 from tests.test_fedavg_world import read_metrics
 

@@ -10,7 +10,7 @@ import torch
 from fedsim.config import ScenarioError, parse_scenario
 from fedsim.learn.models import build_model
 from fedsim.learn.trainer import OptimizerSpec, Trainer, _LossScaler, uses_channels_last
-from fedsim.runner import run_scenario
+from fedsim.study import run_scenario
 from tests.conftest import tiny_scenario
 from tests.test_fedavg_world import read_metrics
 

@@ -18,7 +18,7 @@ from scipy.special import exp1
 from fedsim.budget import budget_algorithm, format_budgets
 from fedsim.cli import main
 from fedsim.config import ScenarioError, parse_scenario
-from fedsim.runner import build_dataset, build_trainers, run_scenario
+from fedsim.runner import build_dataset, build_trainers
 from fedsim.sim.events import EventLog, check_events
 from fedsim.sim.network import Network, TransmissionLost
 from fedsim.sim.radio import (
@@ -31,6 +31,7 @@ from fedsim.sim.radio import (
     RandomWaypoint,
 )
 from fedsim.sim.topology import assign_edge_rates
+from fedsim.study import run_scenario
 from tests.conftest import REPO, tiny_scenario
 from tests.radio_golden import CASES, events_of
 

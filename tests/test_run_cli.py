@@ -12,7 +12,7 @@ import analysis.plots
 import fedsim.runner
 from fedsim import __version__
 from fedsim.cli import THREADS_ENV_VAR, main
-from fedsim.recorder import Recorder
+from fedsim.results.recorder import Recorder
 from tests.conftest import tiny_scenario
 
 

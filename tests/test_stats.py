@@ -17,7 +17,7 @@ from analysis import compare_rows, find_runs, format_table, kaplan_meier, mean_c
 from analysis.results import across_seeds
 from analysis.stats import CSV_COLUMNS, pareto_front, plot_pareto
 from fedsim.cli import _print_across_seeds, main
-from fedsim.recorder import ENERGY_COLUMNS, ENERGY_TOTALS, METRICS_COLUMNS
+from fedsim.results.files import ENERGY_COLUMNS, ENERGY_TOTALS, METRICS_COLUMNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TARGET = 0.8

@@ -11,7 +11,7 @@ import torch
 from fedsim.algorithms.ucfl import collaboration_weights
 from fedsim.config import parse_scenario
 from fedsim.learn.clustering import kmeans, silhouette
-from fedsim.runner import run_scenario
+from fedsim.study import run_scenario
 from tests.conftest import requires_real_data, tiny_scenario
 from tests.test_fedavg_world import MLP_32_PARAMS, read_metrics
 from tests.test_system_model import budgets

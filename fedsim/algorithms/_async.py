@@ -32,6 +32,7 @@ import simpy
 import torch
 
 from fedsim.config import AsyncServerConfig
+from fedsim.results.files import ASYNC_FILE
 from fedsim.world import Task, World
 
 
@@ -158,7 +159,10 @@ def async_server(
         staleness.append([u.staleness for u in buffer])
         senders.append([u.client for u in buffer])
         world.save_arrays(
-            "async", times=np.array(times), staleness=np.array(staleness), clients=np.array(senders)
+            ASYNC_FILE,
+            times=np.array(times),
+            staleness=np.array(staleness),
+            clients=np.array(senders),
         )
 
 

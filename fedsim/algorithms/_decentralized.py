@@ -16,6 +16,7 @@ import simpy
 import torch
 
 from fedsim.config import DecentralizedConfig
+from fedsim.results.files import COLLABORATION_FILE
 from fedsim.world import Task, World
 
 MAX_HISTORY_FLOATS = 20_000_000  # 160 MB of float64 snapshots at most; sparser beyond
@@ -113,7 +114,7 @@ class WeightHistory:
         if self.world.timing_only or self.latest is None:
             return
         self.world.save_arrays(
-            "collaboration",
+            COLLABORATION_FILE,
             weights=self.latest,
             clients=np.arange(len(self.world.clients)),
             groups=np.array([c.shard.group for c in self.world.clients]),

@@ -51,6 +51,7 @@ from fedsim.config import UcflConfig
 from fedsim.learn.aggregate import RunningAverage
 from fedsim.learn.clustering import kmeans, silhouette
 from fedsim.learn.trainer import TrainResult
+from fedsim.results.files import COLLABORATION_FILE
 from fedsim.sim.compute import expected_max_completion_s
 from fedsim.world import World
 
@@ -84,15 +85,15 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
     model_bytes = world.payload_bytes(theta0)
     k, labels, centroids, scores = choose_streams(weights, reporters, config, world, model_bytes)
     if round_time_is_exact(world, config):
-        world.closed_form_round_s = expected_round_s(
-            world, reporters, labels, model_bytes, config.timing
+        world.note_closed_form_round_s(
+            expected_round_s(world, reporters, labels, model_bytes, config.timing)
         )
     stream_of = dict(zip(reporters, labels.tolist(), strict=True))
     column = {c: j for j, c in enumerate(reporters)}  # of W and of the centroids
     largest = int(np.bincount(labels).argmax())
     streams = [theta0] * k
     world.save_arrays(
-        "collaboration",
+        COLLABORATION_FILE,
         weights=weights,
         clients=np.array(reporters),
         streams=labels,
@@ -264,7 +265,7 @@ def expected_round_s(
             turns.append(copies)
     uplink_s = np.array([network.uplink_time_s(c, model_bytes) for c in clients])
     scales = [world.compute_scale(c) for c in clients]
-    base = world.compute_model.base
+    base = world.devices.compute_model.base
     if timing == "barrier":
         compute_s = expected_max_completion_s(
             np.zeros(len(clients)), scales, base.t_min_s, base.mean_extra_s

@@ -56,7 +56,7 @@ DOWNLINK_MODES = ("broadcast", "unicast")
 
 
 class AirEnergy(Protocol):
-    """What the network tells the energy model (``fedsim.power.DeviceEnergy`` is one)."""
+    """What the network tells the energy model (``fedsim.world.energy.DeviceEnergy`` is one)."""
 
     def on_air(self, flow: Flow, sender: int | None, receivers: Sequence[int]) -> list: ...
 

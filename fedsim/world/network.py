@@ -1,4 +1,4 @@
-"""The World's network, built from its scenario: fixed-rate links or the radio, the media
+"""A World's network, built from its scenario: fixed-rate links or the radio, the media
 and the D2D graph. The system model is in ``fedsim.sim``; this only reads the scenario."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import csv
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import networkx as nx
 import numpy as np
 import simpy
 
 from fedsim.config import RadioConfig, Scenario, ScenarioError
+from fedsim.results.files import CHANNEL_COLUMNS, CHANNEL_FILE, RADIO_COLUMNS, RADIO_FILE
 from fedsim.sim.events import EventLog
 from fedsim.sim.network import Link, Network
 from fedsim.sim.radio import (
@@ -27,9 +27,7 @@ from fedsim.sim.radio import (
 )
 from fedsim.sim.topology import assign_edge_rates, build_graph
 from fedsim.sim.traces import DeviceProfile
-
-if TYPE_CHECKING:
-    from fedsim.world import RandomStreams
+from fedsim.streams import RandomStreams
 
 
 def build_network(
@@ -157,11 +155,6 @@ def d2d_graph(scenario: Scenario, streams: RandomStreams, num_clients: int) -> n
     return graph
 
 
-RADIO_COLUMNS = (
-    "client", "x_m", "y_m", "distance_m", "tx_power_dbm", "uplink_snr_db", "uplink_mbps",
-    "downlink_mbps", "rho", "outages", "retransmissions", "given_up",
-)  # fmt: skip
-CHANNEL_COLUMNS = ("client", "time_s", "snr_db", "rate_mbps")
 CHANNEL_CLIENTS = 4  # the nearest, the farthest and two between (by distance)
 CHANNEL_POINTS = 500  # samples per client over the run
 
@@ -173,7 +166,7 @@ def write_radio_files(radio: Radio, run_dir: Path, end_s: float) -> None:
     settings = radio.settings
     snr_db = radio.mean_snr_db(settings.uplink_bandwidth_hz)
     distance_m = np.hypot(radio.start_positions_m[:, 0], radio.start_positions_m[:, 1])
-    with (run_dir / "radio.csv").open("w", newline="") as f:
+    with (run_dir / RADIO_FILE).open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(RADIO_COLUMNS)
         for client, stats in enumerate(radio.stats):
@@ -192,7 +185,7 @@ def write_radio_files(radio: Radio, run_dir: Path, end_s: float) -> None:
         dict.fromkeys(int(order[round(q * (len(order) - 1))]) for q in (0, 1 / 3, 2 / 3, 1))
     )  # nearest first
     bandwidth_hz = settings.uplink_bandwidth_hz
-    with (run_dir / "channel.csv").open("w", newline="") as f:
+    with (run_dir / CHANNEL_FILE).open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(CHANNEL_COLUMNS)
         for client in picks[:CHANNEL_CLIENTS]:

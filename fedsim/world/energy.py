@@ -7,7 +7,6 @@ over the computation's duration, whichever model gives that duration."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -17,9 +16,7 @@ from fedsim.sim.compute import CpuCycles
 from fedsim.sim.energy import CATEGORIES, Draw, EnergyMeter
 from fedsim.sim.medium import Flow
 from fedsim.sim.radio import Radio, dbm_to_watts
-
-if TYPE_CHECKING:
-    from fedsim.world import RandomStreams
+from fedsim.streams import RandomStreams
 
 _TX = CATEGORIES.index("tx")
 

@@ -17,22 +17,23 @@ from typing import IO, Protocol
 
 import numpy as np
 
+from fedsim.results.files import (
+    ACTIVITY_COLUMNS,
+    ACTIVITY_FILE,
+    CLIENT_COLUMNS,
+    CLIENTS_FILE,
+    ENERGY_COLUMNS,
+    ENERGY_FILE,
+    ENERGY_SPENT,
+    ENERGY_TOTALS,
+    METRICS_COLUMNS,
+    METRICS_FILE,
+    ROUND_COLUMNS,
+    ROUNDS_FILE,
+    SCENARIO_FILE,
+    SUMMARY_FILE,
+)
 from fedsim.results.recovery import recovery_after
-
-METRICS_COLUMNS = (
-    "time_s", "round", "accuracy", "worst_accuracy", "p10_accuracy", "p50_accuracy",
-    "p90_accuracy", "train_loss", "uplink_bytes", "downlink_bytes", "d2d_bytes",
-    "wasted_bytes", "participants",
-)  # fmt: skip
-CLIENT_COLUMNS = ("time_s", "round", "client", "group", "accuracy", "num_test")
-ROUND_COLUMNS = (
-    "round", "start_s", "end_s", "selected", "completed", "dropped", "downlink_queue_s",
-    "downlink_s", "compute_s", "uplink_queue_s", "uplink_s", "waiting_s", "uplink_bytes",
-    "downlink_bytes", "d2d_bytes", "wasted_bytes",
-)  # fmt: skip
-ACTIVITY_COLUMNS = ("time_s", "present", "online")
-ENERGY_TOTALS = ("compute_j", "tx_j", "rx_j", "idle_j", "wasted_j")  # metrics.csv, with energy
-ENERGY_COLUMNS = ("time_s", "round", "client", *ENERGY_TOTALS, "battery_j")
 
 
 class Energy(Protocol):
@@ -124,13 +125,13 @@ class Recorder:
         if run_dir is None:
             return
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "scenario.yaml").write_text(resolved_scenario_yaml)
-        self._metrics = self._open_csv("metrics.csv", self._metrics_columns)
+        (run_dir / SCENARIO_FILE).write_text(resolved_scenario_yaml)
+        self._metrics = self._open_csv(METRICS_FILE, self._metrics_columns)
         if energy:
-            self._energy = self._open_csv("energy.csv", ENERGY_COLUMNS)
-        self._clients = self._open_csv("clients.csv", CLIENT_COLUMNS)
-        self._rounds = self._open_csv("rounds.csv", ROUND_COLUMNS)
-        self._activity = self._open_csv("activity.csv", ACTIVITY_COLUMNS)
+            self._energy = self._open_csv(ENERGY_FILE, ENERGY_COLUMNS)
+        self._clients = self._open_csv(CLIENTS_FILE, CLIENT_COLUMNS)
+        self._rounds = self._open_csv(ROUNDS_FILE, ROUND_COLUMNS)
+        self._activity = self._open_csv(ACTIVITY_FILE, ACTIVITY_COLUMNS)
         self._flush()
         self._write_summary(complete=False)
 
@@ -222,7 +223,7 @@ class Recorder:
         reached = self.target_accuracy is not None and row["accuracy"] >= self.target_accuracy
         if self._target is None and reached:
             d2d_bytes = self.traffic.d2d_bytes if self.traffic else 0
-            energy_j = sum(row[c] for c in ENERGY_TOTALS[:-1]) if self.energy else None
+            energy_j = sum(row[c] for c in ENERGY_SPENT) if self.energy else None
             self._target = TargetReached(
                 time_s, self.uplink_bytes, self.downlink_bytes, d2d_bytes, energy_j
             )
@@ -273,9 +274,9 @@ class Recorder:
             summary |= self._energy_summary()
         if self.run_dir is None:
             return summary
-        partial = self.run_dir / "summary.json.part"
+        partial = self.run_dir / f"{SUMMARY_FILE}.part"
         partial.write_text(json.dumps(summary, indent=2) + "\n")
-        os.replace(partial, self.run_dir / "summary.json")
+        os.replace(partial, self.run_dir / SUMMARY_FILE)
         return summary
 
     def _energy_summary(self) -> dict:

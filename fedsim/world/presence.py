@@ -8,18 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from functools import partial
-from typing import TYPE_CHECKING
 
 import simpy
 
 from fedsim.config import ClientsConfig, EnergyConfig
-from fedsim.power import DeviceEnergy
+from fedsim.results.recorder import Recorder
 from fedsim.sim import churn, traces
 from fedsim.sim.events import EventLog
-
-if TYPE_CHECKING:
-    from fedsim.recorder import Recorder
-    from fedsim.world import RandomStreams
+from fedsim.streams import RandomStreams
+from fedsim.world.energy import DeviceEnergy
 
 LOST = "lost"  # why work stopped: the client went offline or left
 BATTERY = "battery"  # why a client left or went offline: its battery ran out
