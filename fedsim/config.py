@@ -376,7 +376,7 @@ class TraceAvailability(_Strict):
     """CSV with header time_s,client,state (state: online|offline); others stay online."""
 
     kind: Literal["trace"] = "trace"
-    path: Annotated[Path, _read_now_by("fedsim.sim.churn", "read_availability_trace")] = Field(
+    path: Annotated[Path, _read_now_by("fedsim.sim.readers", "read_availability_trace")] = Field(
         description="CSV file, relative to the working folder (as when run)"
     )
 
@@ -387,7 +387,7 @@ class IntervalsAvailability(_Strict):
     The i-th client of the file, in ascending id order, is client i."""
 
     kind: Literal["intervals"] = "intervals"
-    path: Annotated[Path, _read_now_by("fedsim.sim.traces", "read_availability")] = Field(
+    path: Annotated[Path, _read_now_by("fedsim.sim.readers", "read_availability")] = Field(
         description="JSON or CSV, relative to the working folder"
     )
 
@@ -682,7 +682,7 @@ class RadioConfig(_Strict):
 
     cell_radius_m: Annotated[float, Field(gt=0, le=1e5)] = 500.0
     min_distance_m: Annotated[float, Field(gt=0, le=1e5)] = 10.0
-    positions: Annotated[Path | None, _read_now_by("fedsim.sim.radio", "read_positions")] = Field(
+    positions: Annotated[Path | None, _read_now_by("fedsim.sim.readers", "read_positions")] = Field(
         default=None, description="CSV client,x_m,y_m (relative to the working folder)"
     )
     path_loss: PathLossConfig = MacroPathLoss()
@@ -771,7 +771,7 @@ class DevicesConfig(_Strict):
     @field_validator("path")
     @classmethod
     def _readable(cls, path: Path) -> Path:
-        from fedsim.sim.traces import read_device_profiles
+        from fedsim.sim.readers import read_device_profiles
 
         profiles = _read_referenced_file(path, read_device_profiles)
         for i, profile in enumerate(profiles):
@@ -1478,7 +1478,7 @@ class Scenario(_Strict):
     @model_validator(mode="after")
     def _traces_cover_the_clients(self) -> Scenario:
         """A device or availability trace must have an entry for every client."""
-        from fedsim.sim.traces import read_availability, read_device_profiles  # simpy
+        from fedsim.sim.readers import read_availability, read_device_profiles
 
         traces = []
         if self.system.devices is not None:
@@ -1501,7 +1501,7 @@ class Scenario(_Strict):
         radio = self.system.radio
         if radio is None or radio.positions is None:
             return self
-        from fedsim.sim.radio import read_positions
+        from fedsim.sim.readers import read_positions
 
         placed = _read_referenced_file(radio.positions, read_positions)
         missing = sorted(set(range(self.clients.total)) - set(placed))

@@ -33,7 +33,7 @@ from fedsim.links import build_network, write_radio_files
 from fedsim.power import DeviceEnergy
 from fedsim.presence import Presence
 from fedsim.recorder import ClientScore, Recorder
-from fedsim.sim import traces
+from fedsim.sim import readers
 from fedsim.sim.compute import ComputeModel, CpuCycles, ShiftedExponential, device_speeds
 from fedsim.sim.events import EventLog
 from fedsim.sim.network import TransmissionLost
@@ -180,7 +180,7 @@ class World:
         self.present = self.presence.present  # the same sets, kept up to date by presence
         self.online = self.presence.online
         devices = system.devices
-        self._profiles = traces.read_device_profiles(devices.path) if devices else None
+        self._profiles = readers.read_device_profiles(devices.path) if devices else None
         self.network = build_network(
             scenario, self.env, self.log, self.streams, num_clients, self.is_online, self._profiles
         )
