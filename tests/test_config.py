@@ -19,12 +19,16 @@ from pydantic.fields import FieldInfo
 from fedsim.cli import main
 from fedsim.config import (
     _TAG_MODELS,
+    ALGORITHM_NAMES,
     MAX_CLIENTS,
+    Constant,
     Scenario,
     ScenarioError,
+    Uniform,
     load_scenario,
     parse_scenario,
 )
+from fedsim.config.errors import TAGGED_UNIONS
 from tests.conftest import DATA_ROOT, REPO, requires_real_data, tiny_scenario
 
 
@@ -119,6 +123,56 @@ def test_union_tags_never_shadow_field_names():
     for model in _TAG_MODELS.values():
         names |= set(model.model_fields)
     assert not (set(_TAG_MODELS) & {n for n in names if isinstance(n, str)})
+
+
+def _tagged_unions(root: type[BaseModel]) -> list[tuple[str, tuple[type[BaseModel], ...]]]:
+    """(tag field, members) of every discriminated union reachable from root."""
+    unions = []
+    for model in _models(root):
+        for field in model.model_fields.values():
+            if field.discriminator:
+                unions.append((field.discriminator, tuple(_member_models(field.annotation))))
+            unions += _annotated_unions(field.annotation)
+    return unions
+
+
+def _annotated_unions(annotation: object) -> list[tuple[str, tuple[type[BaseModel], ...]]]:
+    """The discriminated unions nested in an annotation (``list[AlgorithmConfig]``)."""
+    found = []
+    if typing.get_origin(annotation) is typing.Annotated:
+        inner, *metadata = typing.get_args(annotation)
+        found += [
+            (info.discriminator, tuple(_member_models(inner)))
+            for info in metadata
+            if isinstance(info, FieldInfo) and info.discriminator
+        ]
+    return found + [u for arg in typing.get_args(annotation) for u in _annotated_unions(arg)]
+
+
+def test_every_member_of_every_tagged_union_is_in_the_tag_registry():
+    """Error paths drop union tags and list valid keys through the registry: a union or a
+    member it did not know (a new path-loss model, say) would get wrong paths and key lists."""
+    unions = _tagged_unions(Scenario)
+    assert {frozenset(members) for _, members in unions} == {
+        frozenset(members) for members, _ in TAGGED_UNIONS
+    }
+    for discriminator, members in unions:
+        for member in members:
+            (tag,) = typing.get_args(member.model_fields[discriminator].annotation)
+            registered = _TAG_MODELS.get(tag)
+            assert registered is not None, f"{member.__name__}: tag {tag!r} is not registered"
+            assert typing.get_args(registered.model_fields[discriminator].annotation) == (tag,)
+    assert _TAG_MODELS["constant"] is Constant and _TAG_MODELS["uniform"] is Uniform  # rates
+    assert tuple(tag for tag in _TAG_MODELS if tag in ALGORITHM_NAMES) == ALGORITHM_NAMES
+
+
+def test_the_schema_imports_neither_the_simulator_nor_torch():
+    """Validation reads the system model's files with fedsim.sim.readers, without simpy."""
+    code = "import sys, fedsim.config; print(sorted({'simpy', 'torch'} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert done.stdout.strip() == "[]"
 
 
 def test_yaml_errors_name_the_line(tmp_path):

@@ -13,7 +13,8 @@ import simpy
 from fedsim.cli import main
 from fedsim.config import parse_scenario
 from fedsim.sim.events import check_events
-from fedsim.sim.traces import read_availability, read_device_profiles, replay_availability
+from fedsim.sim.readers import read_availability, read_device_profiles
+from fedsim.sim.traces import replay_availability
 from fedsim.study import run_scenario
 from tests.conftest import REPO, tiny_scenario
 from tests.test_fedavg_world import MLP_32_PARAMS

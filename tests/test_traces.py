@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import simpy
 
-from fedsim.sim import traces
-from fedsim.sim.traces import (
+from fedsim.sim import readers, traces
+from fedsim.sim.readers import (
     AvailabilityTrace,
     DeviceProfile,
     read_availability,
     read_device_profiles,
-    replay_availability,
 )
+from fedsim.sim.traces import replay_availability
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "scenarios" / "traces"
 
@@ -63,12 +63,20 @@ def test_the_example_ids_are_the_same_in_both_files():
     assert ids("devices.json")[:5] == [19, 46, 50, 99, 27557]
 
 
-def test_the_module_imports_neither_torch_nor_pydantic():
-    tree = ast.parse(Path(traces.__file__).read_text())
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        (traces, {"torch", "pydantic", "pickle"}),
+        (readers, {"torch", "pydantic", "pickle", "simpy", "networkx"}),  # the schema reads with it
+    ],
+    ids=["traces", "readers"],
+)
+def test_the_module_imports_neither_torch_nor_pydantic(module, forbidden):
+    tree = ast.parse(Path(module.__file__).read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     roots = {name.split(".")[0] for name in imported}
-    assert roots.isdisjoint({"torch", "pydantic", "pickle"}), roots
+    assert roots.isdisjoint(forbidden), roots
 
 
 # --- reading

@@ -7,14 +7,10 @@ free of any learning concern.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Generator, Sequence
-from pathlib import Path
 
 import numpy as np
 import simpy
-
-from fedsim.sim.tables import csv_rows
 
 
 def renewal_availability(
@@ -43,23 +39,6 @@ def renewal_availability(
         if not set_online(True):
             return
         yield env.timeout(duration(mean_online_s))
-
-
-def read_availability_trace(path: Path) -> list[tuple[float, int, bool]]:
-    """Rows (time_s, client, online) of a CSV trace with header time_s,client,state."""
-    rows = []
-    for line, row in csv_rows(path, ("time_s", "client", "state")):
-        state = row["state"].strip()
-        if state not in ("online", "offline"):
-            raise ValueError(f"{path}:{line}: state must be online or offline, got {state!r}")
-        try:
-            time_s, client = float(row["time_s"]), int(row["client"])
-        except ValueError:
-            raise ValueError(f"{path}:{line}: time_s must be a number, client an integer") from None
-        if not (math.isfinite(time_s) and time_s >= 0) or client < 0:
-            raise ValueError(f"{path}:{line}: time_s and client must be finite and >= 0")
-        rows.append((time_s, client, state == "online"))
-    return sorted(rows)
 
 
 def replay_trace(

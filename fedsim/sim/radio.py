@@ -28,11 +28,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-
-from fedsim.sim.tables import csv_rows
 
 SPEED_OF_LIGHT_MPS = 299_792_458.0
 UPLINK, DOWNLINK, D2D = 0, 1, 2  # direction codes in the hashed draws
@@ -150,24 +147,6 @@ def place_in_annulus(
     r = np.sqrt(rng.uniform(min_distance_m**2, radius_m**2, count))
     angle = rng.uniform(0.0, 2.0 * math.pi, count)
     return np.column_stack([r * np.cos(angle), r * np.sin(angle)])
-
-
-def read_positions(path: Path) -> dict[int, tuple[float, float]]:
-    """Client positions (metres, base station at the origin) from a CSV: client,x_m,y_m."""
-    positions: dict[int, tuple[float, float]] = {}
-    for line, row in csv_rows(path, ("client", "x_m", "y_m")):
-        try:
-            client, x_m, y_m = int(row["client"]), float(row["x_m"]), float(row["y_m"])
-        except ValueError:
-            raise ValueError(
-                f"{path}:{line}: client must be an integer, x_m, y_m numbers"
-            ) from None
-        if client < 0 or not (abs(x_m) <= 1e6 and abs(y_m) <= 1e6):
-            raise ValueError(f"{path}:{line}: client must be >= 0 and |x_m|, |y_m| <= 1e6")
-        if client in positions:
-            raise ValueError(f"{path}:{line}: client {client} is placed twice")
-        positions[client] = (x_m, y_m)
-    return positions
 
 
 def _hashed_point_in_annulus(

@@ -4,17 +4,19 @@ Nodes are clients 0..n-1; an edge is a D2D link with attributes ``rate_bps`` and
 ``latency_s``. Random graphs draw their networkx seeds and node positions from the
 caller's numpy Generator, so a graph is a deterministic function of the rng state.
 
-Edge-list files hold one ``u v [rate_mbps]`` per line; ``#`` starts a comment.
+Edge-list files hold one ``u v [rate_mbps]`` per line; ``#`` starts a comment
+(``fedsim.sim.readers.read_edge_list`` reads them).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import NamedTuple
 
 import networkx as nx
 import numpy as np
+
+from fedsim.sim.readers import read_edge_list
 
 GRAPH_KINDS = ("complete", "ring", "erdos_renyi", "random_geometric", "edge_list")
 MAX_DRAWS = 100  # resamples of a random graph before giving up on connectivity
@@ -52,7 +54,13 @@ def build_graph(
     if kind == "ring":
         return nx.cycle_graph(num_nodes) if num_nodes >= 3 else nx.path_graph(num_nodes)
     if kind == "edge_list":
-        graph = _read_edge_list(Path(edge_list_path), num_nodes)
+        graph = nx.Graph()
+        graph.add_nodes_from(range(num_nodes))
+        for u, v, rate_bps in read_edge_list(Path(edge_list_path), num_nodes):
+            if rate_bps is None:
+                graph.add_edge(u, v)
+            else:
+                graph.add_edge(u, v, rate_bps=rate_bps)
         if ensure_connected and not nx.is_connected(graph):
             raise ValueError(f"{edge_list_path}: the graph is disconnected")
         return graph
@@ -78,37 +86,6 @@ def build_graph(
         f"{kind} graph on {num_nodes} nodes with {knob}={value} was disconnected in "
         f"{MAX_DRAWS} draws; raise {knob}"
     )
-
-
-def _read_edge_list(path: Path, num_nodes: int) -> nx.Graph:
-    graph = nx.Graph()
-    graph.add_nodes_from(range(num_nodes))
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        fields = line.split("#", 1)[0].split()
-        if not fields:
-            continue
-        where = f"{path}:{lineno}"
-        if len(fields) not in (2, 3):
-            raise ValueError(f"{where}: expected 'u v [rate_mbps]', got {line.strip()!r}")
-        try:
-            u, v = int(fields[0]), int(fields[1])
-            rate_mbps = float(fields[2]) if len(fields) == 3 else None
-        except ValueError:
-            raise ValueError(f"{where}: expected 'u v [rate_mbps]', got {line.strip()!r}") from None
-        for node in (u, v):
-            if not 0 <= node < num_nodes:
-                raise ValueError(f"{where}: node {node} is outside 0..{num_nodes - 1}")
-        if u == v:
-            raise ValueError(f"{where}: self-loop on node {u}")
-        if graph.has_edge(u, v):
-            raise ValueError(f"{where}: duplicate edge {u}-{v}")
-        if rate_mbps is None:
-            graph.add_edge(u, v)
-        elif 0 < rate_mbps < math.inf:
-            graph.add_edge(u, v, rate_bps=rate_mbps * 1e6)
-        else:
-            raise ValueError(f"{where}: rate_mbps must be positive and finite, got {rate_mbps}")
-    return graph
 
 
 def sorted_edges(graph: nx.Graph) -> list[tuple[int, int]]:

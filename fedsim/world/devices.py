@@ -11,7 +11,7 @@ import simpy
 from fedsim.config import ComputeConfig
 from fedsim.sim.compute import ComputeModel, CpuCycles, ShiftedExponential
 from fedsim.sim.events import EventLog
-from fedsim.sim.traces import DeviceProfile
+from fedsim.sim.readers import DeviceProfile
 from fedsim.streams import RandomStreams
 from fedsim.world.energy import DeviceEnergy
 from fedsim.world.tasks import Task

@@ -23,10 +23,9 @@ from fedsim.sim.radio import (
     Radio,
     RadioSettings,
     place_in_annulus,
-    read_positions,
 )
+from fedsim.sim.readers import DeviceProfile, read_positions
 from fedsim.sim.topology import assign_edge_rates, build_graph
-from fedsim.sim.traces import DeviceProfile
 from fedsim.streams import RandomStreams
 
 

@@ -13,7 +13,7 @@ import simpy
 
 from fedsim.config import ClientsConfig, EnergyConfig
 from fedsim.results.recorder import Recorder
-from fedsim.sim import churn, traces
+from fedsim.sim import churn, readers, traces
 from fedsim.sim.events import EventLog
 from fedsim.streams import RandomStreams
 from fedsim.world.energy import DeviceEnergy
@@ -55,7 +55,7 @@ class Presence:
         self._online_again: dict[int, simpy.Event] = {}
         self._charging: set[int] = set()
         self._departure_rng = streams.generator("departures", 1)
-        self._intervals: list[traces.AvailabilityTrace] = []
+        self._intervals: list[readers.AvailabilityTrace] = []
 
     def start(self, energy: DeviceEnergy | None) -> None:
         """Begin the run: every present client online, then the processes of change."""
@@ -66,10 +66,10 @@ class Presence:
         self._log_activity()
         availability = self.config.availability
         if availability.kind == "trace":
-            rows = churn.read_availability_trace(availability.path)
+            rows = readers.read_availability_trace(availability.path)
             self.env.process(churn.replay_trace(self.env, rows, self.set_online))
         elif availability.kind == "intervals":
-            self._intervals = traces.read_availability(availability.path)
+            self._intervals = readers.read_availability(availability.path)
         for client in sorted(self.present):
             self._start_availability(client)
         for purpose, changes, apply in (

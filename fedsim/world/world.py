@@ -34,7 +34,7 @@ from fedsim.learn.data import ClientShard, FederatedDataset, build_public_set
 from fedsim.learn.trainer import Distillation, Trainer, TrainResult
 from fedsim.results.files import EVENTS_FILE
 from fedsim.results.recorder import Recorder
-from fedsim.sim import traces
+from fedsim.sim import readers
 from fedsim.sim.compute import CpuCycles, device_speeds
 from fedsim.sim.events import EventLog
 from fedsim.sim.topology import neighbours
@@ -120,7 +120,7 @@ class World:
         self.present = self.presence.present  # the same sets, kept up to date by presence
         self.online = self.presence.online
         devices = system.devices
-        profiles = traces.read_device_profiles(devices.path) if devices else None
+        profiles = readers.read_device_profiles(devices.path) if devices else None
         self.network = build_network(
             scenario, self.env, self.log, self.streams, num_clients, self.is_online, profiles
         )

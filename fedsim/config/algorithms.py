@@ -1,0 +1,416 @@
+"""The algorithms a scenario compares: one options model each, a tagged union on ``name``.
+
+Families share their options through base classes: a synchronous server (client selection,
+deadline), FedAvg's (a server optimizer, as in FedOpt), an asynchronous server (staleness),
+and decentralized clients (D2D rounds)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, BaseModel, Field, model_validator
+
+from fedsim.config.base import (
+    MAX_COUNT,
+    MAX_LR,
+    MAX_ROUNDS,
+    MAX_WEIGHT,
+    Fraction,
+    NonNegativeInt,
+    PositiveInt,
+    Seconds,
+    UnitInterval,
+    UpdateNorm,
+    Weight,
+    _label_name,
+    _Strict,
+    tag_of,
+    tagged_union,
+)
+
+
+class _AlgorithmBase(_Strict):
+    label: Annotated[str, AfterValidator(_label_name)] | None = Field(
+        default=None,
+        description="results folder name (letters, digits, _ . + = @ -); default: the algorithm",
+    )
+
+    @property
+    def run_label(self) -> str:
+        return self.label or self.name  # type: ignore[attr-defined]
+
+
+class LocalConfig(_AlgorithmBase):
+    """Every client trains alone on its own data: no communication (the floor to beat)."""
+
+    name: Literal["local"]
+
+
+class SyncServerConfig(_AlgorithmBase):
+    """How a synchronous server picks clients and closes a round."""
+
+    client_fraction: Fraction = 1.0
+    deadline_s: Seconds | None = Field(
+        default=None, description="close the round this long after it starts; drop the late"
+    )
+    over_selection: Annotated[float, Field(ge=0, le=100)] = Field(
+        default=0.0, description="select (1 + x) times as many (x <= 100), keep the first arrivals"
+    )
+
+
+SERVER_LR_DEFAULTS = {"sgd": 1.0, "momentum": 1.0, "adagrad": 0.1, "adam": 0.01, "yogi": 0.01}
+
+
+class ServerOptimizerConfig(_Strict):
+    """FedOpt (Reddi et al. 2021): the server steps from its model with an optimizer of its
+    own on the pseudo-gradient Δ = (sample-weighted) mean client model − its model.
+
+    sgd: x + lr Δ (lr 1 is plain FedAvg); momentum (FedAvgM): v = β₁ v + Δ, x + lr v;
+    adagrad, adam, yogi: first moment with β₁, second with β₂ (adam, yogi), x + lr m/(√v + τ).
+    Default lr per optimizer: sgd 1, momentum 1, adagrad 0.1, adam and yogi 0.01 (within the
+    paper's tuned ranges; tune them), betas (0.9, 0.99), tau 1e-3 as in the paper.
+    """
+
+    name: Literal["sgd", "momentum", "adagrad", "adam", "yogi"] = "sgd"
+    lr: Annotated[float, Field(gt=0, le=MAX_LR)] = Field(
+        default=1.0, description="η, the server learning rate (default depends on name)"
+    )
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
+        default=(0.9, 0.99), description="β₁ (momentum's β), β₂"
+    )
+    tau: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=1e-3, description="adaptivity: √v + τ, and v starts at τ²"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _learning_rate_of_the_optimizer(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "lr" not in data:
+            name = data.get("name", "sgd")
+            known = isinstance(name, str) and name  # else the name's own check reports it
+            return {**data, "lr": SERVER_LR_DEFAULTS.get(name, 1.0)} if known else data
+        return data
+
+
+class FedAvgFamilyConfig(SyncServerConfig):
+    """A server that averages client models, then steps with its server optimizer."""
+
+    server_optimizer: ServerOptimizerConfig = Field(
+        default=ServerOptimizerConfig(), description="default sgd, lr 1: plain averaging"
+    )
+
+
+class FedAvgConfig(FedAvgFamilyConfig):
+    """FedAvg (McMahan et al. 2017): average the selected clients' trained models."""
+
+    name: Literal["fedavg"]
+
+
+class _FedOptPreset(FedAvgFamilyConfig):
+    """FedAvg with the server optimizer its name says (FedOpt's named variants)."""
+
+    preset: ClassVar[str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_optimizer(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        chosen = data.get("server_optimizer", {})
+        if not isinstance(chosen, dict):
+            return data
+        name = chosen.get("name", cls.preset)
+        if name != cls.preset:
+            raise ValueError(
+                f"server_optimizer.name: {data.get('name')} is fedavg with the {cls.preset} "
+                f"server optimizer; for {name!r} use fedavg with server_optimizer.name {name!r}"
+            )
+        return {**data, "server_optimizer": {**chosen, "name": name}}
+
+
+class FedAvgMConfig(_FedOptPreset):
+    """FedAvgM (Hsu et al. 2019): server momentum."""
+
+    name: Literal["fedavgm"]
+    preset: ClassVar[str] = "momentum"
+
+
+class FedAdagradConfig(_FedOptPreset):
+    """FedAdagrad (Reddi et al. 2021): Adagrad on the averaged update at the server."""
+
+    name: Literal["fedadagrad"]
+    preset: ClassVar[str] = "adagrad"
+
+
+class FedAdamConfig(_FedOptPreset):
+    """FedAdam (Reddi et al. 2021): Adam on the averaged update at the server."""
+
+    name: Literal["fedadam"]
+    preset: ClassVar[str] = "adam"
+
+
+class FedYogiConfig(_FedOptPreset):
+    """FedYogi (Reddi et al. 2021): Yogi on the averaged update at the server."""
+
+    name: Literal["fedyogi"]
+    preset: ClassVar[str] = "yogi"
+
+
+class ScaffoldConfig(FedAvgFamilyConfig):
+    """SCAFFOLD (Karimireddy et al. 2020): control variates correct each local step."""
+
+    name: Literal["scaffold"]
+    control_update: Literal["I", "II"] = Field(
+        default="II",
+        description="c_i+: I = the gradient of the local training set at x (one more pass of "
+        "compute); II = c_i - c + (x - y_i) / (K lr) (the paper's experiments)",
+    )
+
+
+class FedProxConfig(FedAvgFamilyConfig):
+    """FedAvg with the proximal term mu/2 ||w - w_global||^2 in the local objective."""
+
+    name: Literal["fedprox"]
+    mu: Weight = Field(default=0.1, description="the papers tune mu in {0.1, 0.5, 1}")
+
+
+class FedAvgFTConfig(FedAvgFamilyConfig):
+    """FedAvg whose clients fine-tune the global model locally before using it."""
+
+    name: Literal["fedavg_ft"]
+    finetune_epochs: PositiveInt = 1
+
+
+class DittoConfig(FedAvgFamilyConfig):
+    """Global FedAvg model plus a personal model per client pulled towards it by lam."""
+
+    name: Literal["ditto"]
+    lam: Weight = Field(default=0.1, description="the papers tune lam in {0.1, 0.5, 1}")
+    personal_epochs: PositiveInt = 1
+
+
+class OracleConfig(FedAvgFamilyConfig):
+    """FedAvg inside each true group of the partition (the groups are known)."""
+
+    name: Literal["oracle"]
+
+
+class IfcaConfig(FedAvgFamilyConfig):
+    """k cluster models broadcast each round; each client trains the one of lowest loss."""
+
+    name: Literal["ifca"]
+    clusters: PositiveInt = 4
+
+
+class CflConfig(FedAvgFamilyConfig):
+    """Clustered FL (Sattler et al.): bipartition a cluster by update cosine similarity."""
+
+    name: Literal["cfl"]
+    eps1: UpdateNorm = Field(default=0.4, description="split when the mean update norm < eps1")
+    eps2: UpdateNorm = Field(default=1.6, description="... and the max update norm > eps2")
+    warmup_rounds: Annotated[int, Field(ge=0, le=MAX_ROUNDS)] = 20
+    max_clusters: PositiveInt = 8
+
+
+class FedFomoConfig(SyncServerConfig):
+    """Each client downloads M peer models and weighs them on its validation split."""
+
+    name: Literal["fedfomo"]
+    models_per_client: PositiveInt = Field(default=5, description="M")
+    epsilon: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.3, description="exploration: chance of a random peer instead of a top one"
+    )
+    validation_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+
+
+class UcflConfig(SyncServerConfig):
+    """User-centric FL: eq. (9) collaboration weights, k personalized downlink streams."""
+
+    name: Literal["ucfl"]
+    streams: PositiveInt | Literal["auto", "all"] = Field(
+        default="auto", description="k: a number, 'all' (k = m), or 'auto' (Algorithm 2)"
+    )
+    tradeoff: Literal["silhouette", "penalized", "per_round_time"] = Field(
+        default="silhouette",
+        description="c(k, s_k): s (the authors' code), s - tradeoff_lambda * k, or s / T_round(k)",
+    )
+    tradeoff_lambda: Weight = 0.01
+    max_streams: PositiveInt | None = None
+    variance_batches: Annotated[int, Field(ge=2, le=MAX_COUNT)] = Field(
+        default=3, description="K batches of n_i / K samples for sigma_i^2 (paper: N/3)"
+    )
+    bandwidth: Literal["row", "symmetric"] = Field(
+        default="row", description="2 sigma_i^2 (eq. 9) or 2 sqrt(sigma_i^2 sigma_j^2) (code)"
+    )
+    timing: Literal["pipelined", "barrier"] = Field(
+        default="pipelined",
+        description="pipelined: a stream's members start computing when their stream arrives "
+        "and upload when done; barrier (the paper's T_round): everyone starts when the last "
+        "stream is sent and uploads once every participant has computed",
+    )
+
+
+class PerFedCktConfig(SyncServerConfig):
+    """PerFed-CKT: clustered co-distillation through outputs on a public unlabeled set."""
+
+    name: Literal["perfed_ckt"]
+    clusters: PositiveInt = Field(default=3, description="c (paper: 3 homogeneous, 2 mixed)")
+    distill_weight: Weight = Field(default=2.0, description="lambda (paper: 2)")
+    public_samples: PositiveInt = Field(default=2000, description="|P| (paper: 2000)")
+    public_batch_size: PositiveInt = Field(default=128, description="b' (paper: 128)")
+    sample_by_size: bool = Field(default=True, description="selection probability ∝ n_k")
+
+
+class AsyncServerConfig(_AlgorithmBase):
+    """An asynchronous server: no rounds; it dispatches and applies updates as they come.
+
+    A "round" of an asynchronous algorithm is one server model update (run.rounds counts
+    them); measure with evaluation.every_s to compare with synchronous runs.
+    """
+
+    max_concurrency: PositiveInt = Field(default=10, description="clients training at once")
+    staleness: Literal["constant", "polynomial", "hinge"] = Field(
+        default="polynomial",
+        description="s(tau): 1; (1 + tau)^-a; 1 if tau <= b else 1 / (a (tau - b) + 1)",
+    )
+    staleness_a: Weight = 0.5
+    staleness_b: Annotated[float, Field(ge=0, le=MAX_ROUNDS)] = 4.0
+    max_staleness: Annotated[int, Field(ge=0, le=MAX_ROUNDS)] | None = Field(
+        default=None, description="drop older updates (their bytes count as wasted)"
+    )
+    task_timeout_s: Seconds | None = Field(
+        default=None, description="give up on a dispatched client after this long (frees its slot)"
+    )
+
+
+class FedAsyncConfig(AsyncServerConfig):
+    """FedAsync (Xie et al. 2019): x <- (1 - alpha s(tau)) x + alpha s(tau) x_client."""
+
+    name: Literal["fedasync"]
+    mixing: Fraction = Field(default=0.6, description="alpha")
+
+
+class FedBuffConfig(AsyncServerConfig):
+    """FedBuff (Nguyen et al. 2022): apply the mean of K staleness-weighted deltas."""
+
+    name: Literal["fedbuff"]
+    buffer_size: PositiveInt = Field(default=10, description="K")
+    server_optimizer: ServerOptimizerConfig = Field(
+        default=ServerOptimizerConfig(),
+        description="steps on the staleness-weighted mean delta (sgd, lr: the paper's η_g)",
+    )
+
+
+class DecentralizedConfig(_AlgorithmBase):
+    """No server: clients talk over D2D links (or via the base station) in lock-step rounds."""
+
+    deadline_s: Seconds | None = Field(
+        default=None,
+        description="close a round this long after it starts; messages still on the air are lost",
+    )
+
+
+class FedericoConfig(DecentralizedConfig):
+    """FedeRiCo: ε-greedy neighbours, EMA losses, w = softmax(-L), w-scaled gradients back."""
+
+    name: Literal["federico"]
+    neighbours: NonNegativeInt = Field(default=3, description="M (paper: 3)")
+    epsilon: UnitInterval = Field(default=0.3, description="ε-greedy exploration (paper: 0.3)")
+    beta: UnitInterval = Field(default=0.6, description="EMA weight of the NEW loss (paper: 0.6)")
+    include_self: bool = Field(
+        default=True, description="refresh ℓ_ii and apply g_ii every round (Eq. 8's j = i term)"
+    )
+    loss_on: Literal["train_set", "batch"] = Field(
+        default="train_set", description="E-step loss on the local train set, or on the batch"
+    )
+    loss_reduction: Literal["sum", "mean"] = Field(
+        default="sum", description="ℓ summed over the samples (Alg. 1, Eq. 3) or their mean"
+    )
+    ensemble: bool = Field(
+        default=True, description="predict with Σ_j w_ij softmax(h_φj) over cached models"
+    )
+    ensemble_min_weight: UnitInterval = Field(
+        default=0.01, description="forget cached peer models whose weight falls below this"
+    )
+    model_timeout_s: Seconds | None = Field(
+        default=None,
+        description="a sampler waits this long for the models it asked for (default: half of "
+        "deadline_s; for all of them without a deadline)",
+    )
+
+
+class CoboConfig(DecentralizedConfig):
+    """CoBo (Alg. 1): pairwise weights from midpoint gradients; penalty pulls collaborators."""
+
+    name: Literal["cobo"]
+    penalty: Weight = Field(default=0.05, description="ρ of the paper (code: 0.05)")
+    weight_lr: Annotated[float, Field(gt=0, le=MAX_WEIGHT)] = Field(
+        default=0.01, description="γ, step of the weight ascent"
+    )
+    pair_sampling: Literal["constant", "decaying", "mixed", "all"] = Field(
+        default="mixed", description="p_t: p; p/t; p then p T0/t after T0 rounds; every pair"
+    )
+    pair_probability: Fraction | None = Field(
+        default=None, description="p per unordered pair and round (default 1/n, n clients online)"
+    )
+    switch_fraction: Fraction = Field(
+        default=0.002, description="mixed: T0 = ceil(switch_fraction * run.rounds) (paper: 0.2%)"
+    )
+    decay: Literal["inverse", "inverse_sqrt"] = Field(
+        default="inverse", description="decaying/mixed law: 1/t (paper) or 1/sqrt(t) (code)"
+    )
+    local_steps: PositiveInt = Field(
+        default=1, description="SGD steps per round (paper: 1) with the penalty held fixed"
+    )
+    weight_batch_size: PositiveInt | None = Field(
+        default=None,
+        description="mini-batch of each midpoint gradient (default training.batch_size; "
+        "capped at the client's training set, which then gives its full gradient)",
+    )
+    join_weight: UnitInterval = Field(
+        default=0.0, description="w between a newcomer and everyone (1 would drag all to it)"
+    )
+    phase_timeout_s: Seconds | None = Field(
+        default=None,
+        description="wait this long for a pair's reply and again for the collaborators' models "
+        "(default: a third of deadline_s; without a deadline, for all of them)",
+    )
+
+
+class DsgdConfig(DecentralizedConfig):
+    """Decentralized SGD: local training, then gossip averaging with the D2D neighbours."""
+
+    name: Literal["dsgd"]
+
+
+ALGORITHMS = (
+    LocalConfig,
+    FedAvgConfig,
+    FedAvgMConfig,
+    FedAdagradConfig,
+    FedAdamConfig,
+    FedYogiConfig,
+    ScaffoldConfig,
+    FedProxConfig,
+    FedAvgFTConfig,
+    DittoConfig,
+    OracleConfig,
+    IfcaConfig,
+    CflConfig,
+    FedFomoConfig,
+    UcflConfig,
+    PerFedCktConfig,
+    FedAsyncConfig,
+    FedBuffConfig,
+    FedericoConfig,
+    CoboConfig,
+    DsgdConfig,
+)
+AlgorithmConfig = tagged_union(ALGORITHMS, "name")
+ALGORITHM_NAMES = tuple(tag_of(model, "name") for model in ALGORITHMS)  # in error paths too
+_BY_NAME = dict(zip(ALGORITHM_NAMES, ALGORITHMS, strict=True))
+
+
+def algorithm_model(name: str) -> type[BaseModel]:
+    """The options model of an algorithm name (``fedsim algorithms``)."""
+    return _BY_NAME[name]

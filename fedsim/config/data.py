@@ -1,0 +1,126 @@
+"""The data: which dataset, how it is split among the clients (partitions, group shifts), and
+per-client sample counts for timing-only runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from fedsim.config.base import PositiveInt, _Strict, tagged_union
+from fedsim.config.laws import PositiveDistribution
+
+DATA_ENV_VAR = "FEDSIM_DATA"
+DEFAULT_DATA_ROOT = Path("data")  # the only data folder fedsim creates itself (for a download)
+
+
+class IidPartition(_Strict):
+    kind: Literal["iid"] = "iid"
+
+
+class DirichletPartition(_Strict):
+    """Per class, client shares ~ Dir(alpha); small alpha = strong label skew."""
+
+    kind: Literal["dirichlet"] = "dirichlet"
+    alpha: Annotated[float, Field(ge=1e-6, le=1e6)] = 0.5
+    min_samples_per_client: PositiveInt = 10
+
+
+class LabelGroupsPartition(_Strict):
+    """FedeRiCo's split: disjoint label sets, one per group; each client in one group."""
+
+    kind: Literal["label_groups"] = "label_groups"
+    groups: PositiveInt = 2
+    balanced: bool = True
+
+
+PARTITIONS = (IidPartition, DirichletPartition, LabelGroupsPartition)
+Partition = tagged_union(PARTITIONS, "kind")
+
+
+class GroupShift(_Strict):
+    """Per-group shift on top of the partition: contiguous blocks of clients form the groups.
+
+    label_permutation: group g relabels the classes by its own permutation (concept shift;
+    group 0 keeps the identity). rotation: group g's images are rotated by angles_deg[g]
+    (covariate shift; default k * 360 / groups).
+    """
+
+    kind: Literal["label_permutation", "rotation"]
+    groups: PositiveInt = 4
+    angles_deg: list[Annotated[float, Field(ge=-360, le=360)]] | None = None
+    sizes: list[PositiveInt] | None = Field(
+        default=None, description="clients per group, in client order (default: equal blocks)"
+    )
+
+    @model_validator(mode="after")
+    def _angles(self) -> GroupShift:
+        if self.angles_deg is not None:
+            if self.kind != "rotation":
+                raise ValueError("angles_deg applies to kind 'rotation' only")
+            if len(self.angles_deg) != self.groups:
+                raise ValueError(f"angles_deg needs one angle per group ({self.groups})")
+        if self.sizes is not None and len(self.sizes) != self.groups:
+            raise ValueError(f"sizes needs one size per group ({self.groups})")
+        return self
+
+
+class TimingSamples(_Strict):
+    """Per-client training sample counts for timing-only runs: used when the clients outnumber
+    the data (a million clients need no million-sample dataset to be budgeted), or always."""
+
+    per_client: PositiveDistribution = Field(description="training samples (a number or a law)")
+    apply: Literal["when_short", "always"] = Field(
+        default="when_short",
+        description="when_short: only when the clients outnumber the data; always: every "
+        "timing-only run",
+    )
+
+
+class DatasetConfig(_Strict):
+    name: Literal["mnist", "fashion_mnist", "cifar10", "synthetic"]
+    root: Path | None = Field(
+        default=None, description=f"data folder; default ${DATA_ENV_VAR}, else ./data"
+    )
+    download: bool = True
+    num_samples: PositiveInt | None = Field(
+        default=None, description="random subset of the training pool shared by all clients"
+    )
+    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    partition: Partition = IidPartition()
+    group_shift: GroupShift | None = None
+    timing_samples: TimingSamples | None = Field(
+        default=None,
+        description="timing-only runs (fedsim budget): per-client sample counts from a law",
+    )
+
+    @model_validator(mode="after")
+    def _one_source_of_groups(self) -> DatasetConfig:
+        if self.group_shift is not None and self.partition.kind == "label_groups":
+            raise ValueError("group_shift defines its own groups: use it with iid or dirichlet")
+        return self
+
+    def resolved_root(self) -> Path:
+        if self.root is not None:
+            return self.root
+        return Path(os.environ.get(DATA_ENV_VAR) or DEFAULT_DATA_ROOT)
+
+
+def data_root_problem(root: Path) -> str | None:
+    """Why a resolved data root cannot be used, naming who chose it; None if it can.
+
+    A folder the user named (dataset.root or $FEDSIM_DATA) must exist: a download into a
+    mistyped path would create folders where nobody looks. Only the default ./data may be
+    missing, and a download creates it.
+    """
+    if root.is_dir() or (root == DEFAULT_DATA_ROOT and not root.exists()):
+        return None
+    env = os.environ.get(DATA_ENV_VAR)
+    chosen_by = DATA_ENV_VAR if env and Path(env) == root else "dataset.root"
+    what = "is not a folder" if root.exists() else "does not exist"
+    return (
+        f"{chosen_by}: {root} {what}: correct the path or create the folder (fedsim creates "
+        "only the default ./data, for a download)"
+    )

@@ -1,0 +1,181 @@
+"""Pydantic's validation errors as ``field.path: reason`` lines, in the user's words: the keys
+as written (pydantic's union tags dropped), the valid keys or tags listed, a near miss named.
+
+The functions that walk the schema take its root model as an argument, so that this module
+does not import the scenario (whose sweeps report their errors through it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from pydantic import BaseModel
+
+from fedsim.config.algorithms import ALGORITHMS
+from fedsim.config.base import tag_of
+from fedsim.config.clients import AVAILABILITIES
+from fedsim.config.data import PARTITIONS
+from fedsim.config.laws import POWER_LAWS, RATE_LAWS
+from fedsim.config.radio import PATH_LOSSES
+
+# Every tagged union of the schema, with its tag field. Two unions may share a tag (``constant``
+# and ``uniform`` are rate laws and power laws): the registry keeps the first, the rate law, and
+# ``_tagged_member`` finds the right one from the union at hand.
+TAGGED_UNIONS: tuple[tuple[tuple[type[BaseModel], ...], str], ...] = (
+    (RATE_LAWS, "kind"),
+    (AVAILABILITIES, "kind"),
+    (PATH_LOSSES, "kind"),
+    (POWER_LAWS, "kind"),
+    (PARTITIONS, "kind"),
+    (ALGORITHMS, "name"),
+)
+
+
+def _registry() -> dict[str, type[BaseModel]]:
+    """Tag -> model of every member of every tagged union (the first, where tags repeat)."""
+    models: dict[str, type[BaseModel]] = {}
+    for members, discriminator in TAGGED_UNIONS:
+        for member in members:
+            models.setdefault(tag_of(member, discriminator), member)
+    return models
+
+
+_TAG_MODELS = _registry()
+_UNION_TAGS = set(_TAG_MODELS)
+
+
+def _field_path(loc: tuple) -> str:
+    path = ""
+    for previous, part in zip((None, *loc), loc, strict=False):
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in _UNION_TAGS or (previous == "constant" and part in ("value", "value_dbm")):
+            continue  # pydantic's own union bookkeeping; the user never wrote these keys
+        else:
+            part = _key_text(part)
+            path += f".{part}" if path else part
+    return path or "(top level)"
+
+
+def _walk(loc: tuple, root: type[BaseModel]) -> tuple[Any, Any] | None:
+    """(model, annotation) of the field at loc, from root; None where loc leaves the schema."""
+    model: Any = root
+    annotation: Any = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if part in _UNION_TAGS:
+            model = _tagged_member(annotation, part)
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) else None
+        if field is None:
+            return None
+        annotation = field.annotation
+        model = _field_model(annotation)
+    return model, annotation
+
+
+def _model_at(loc: tuple, root: type[BaseModel]) -> type[BaseModel] | None:
+    """The model class that holds the field at loc (to list valid keys)."""
+    model = (_walk(loc, root) or (None, None))[0]
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _tagged_member(annotation: Any, tag: str) -> type[BaseModel]:
+    """The member of the union at hand whose tag is ``tag`` (``uniform`` is a rate law in one
+    place and a power law in another)."""
+    for member in _models_in(annotation):
+        for name in ("kind", "name"):
+            field = member.model_fields.get(name)
+            if field is not None and tag in getattr(field.annotation, "__args__", ()):
+                return member
+    return _TAG_MODELS[tag]
+
+
+def _field_model(annotation: Any) -> Any:
+    for candidate in getattr(annotation, "__args__", ()) or ():
+        found = _field_model(candidate)
+        if found is not None:
+            return found
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every model class an annotation mentions (the members of a union, a list's items)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in getattr(annotation, "__args__", ()) or () for m in _models_in(arg)]
+
+
+def _union_tags(loc: tuple, discriminator: str, root: type[BaseModel]) -> list[str]:
+    """The valid values of the tag of the union at loc (pydantic lists none when it is missing)."""
+    found = _walk(loc, root)
+    if found is None:
+        return []
+    tags = []
+    for member in _models_in(found[1]):
+        field = member.model_fields.get(discriminator)
+        if field is not None:
+            tags += [tag for tag in getattr(field.annotation, "__args__", ()) if tag not in tags]
+    return tags
+
+
+def _key_text(key: Any) -> str:
+    """A key as written, or quoted when it is not a plain name (spaces, line breaks, ...)."""
+    return (
+        key
+        if isinstance(key, str) and re.fullmatch(r"[\w.-]{1,60}", key, re.ASCII)
+        else _shown(key)
+    )
+
+
+def _shown(value: Any) -> str:
+    """A short rendering of a bad value (a 5000-digit number would drown the message)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def describe(error: dict, root: type[BaseModel]) -> str:
+    """One pydantic error (of ``error.errors()``) of a ``root`` model as ``field.path: reason``."""
+    loc = tuple(error["loc"])
+    path = _field_path(loc)
+    if error["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1], root)
+        valid = sorted(parent.model_fields) if parent else []
+        hint = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+        parent_path = _field_path(loc[:-1])  # the unknown key itself is never a union tag
+        key = _key_text(loc[-1])
+        path = key if parent_path == "(top level)" else f"{parent_path}.{key}"
+        return f"{path}: unknown key{suggestion}; valid keys: {', '.join(valid)}"
+    if error["type"] == "union_tag_invalid":
+        context = error["ctx"]
+        return (
+            f"{path}.{context['discriminator'].strip(chr(39))}: unknown {_shown(context['tag'])}; "
+            f"valid: {context['expected_tags']}"
+        )
+    if error["type"] == "union_tag_not_found":
+        key = error["ctx"]["discriminator"].strip("'")
+        valid = ", ".join(repr(tag) for tag in _union_tags(loc, key, root))
+        return f"{path}.{key}: missing key {key!r}; valid: {valid}"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "int_parsing_size":
+        message = "Input is too large for a whole number"
+    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        message = "Input should be a mapping of keys (a section)"
+    if loc and loc[-1] == "[key]":  # a mapping's key, e.g. a sweep key that is not a string
+        path, message = _field_path(loc[:-2]), f"key {loc[-2]!r}: {message}"
+    if not loc and re.match(r"^[\w.\[\]]+: ", message):
+        return message  # a cross-field check that names its own field
+    value = error.get("input")
+    named = isinstance(value, str) and value in message  # e.g. a file path the message names
+    shown = isinstance(value, (int, float, str, bool)) and not named
+    if error["type"] != "missing" and shown:
+        message += f" (got {_shown(value)})"
+    return f"{path}: {message}"

@@ -1,0 +1,128 @@
+"""Per-client value laws: rates in Mbps (also used for sample counts, CPU frequencies and
+battery capacities) and transmit powers in dBm. Each family is a tagged union on ``kind``
+whose ``sample(rng, size)`` draws one value per client; a plain number is the constant law.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
+
+from fedsim.config.base import MAX_LOG_SIGMA, PowerDbm, RateMbps, _Strict, tagged_union
+
+
+def _number_is_constant(value_key: str, *, any_text: bool) -> BeforeValidator:
+    """A plain number is ``{kind: constant, <value_key>: number}``; so is a numeric string, as
+    YAML reads ``1e3``, or with any_text any string (the constant's own field then says why
+    it is no number)."""
+
+    def constant(value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)) or (
+            isinstance(value, str) and (any_text or _is_number(value))
+        ):
+            return {"kind": "constant", value_key: value}
+        return value
+
+    return BeforeValidator(constant)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _low_at_most_high(low: str, high: str) -> Callable[..., Any]:
+    """A model check that the field ``high`` is not below the field ``low``."""
+
+    def ordered(model: BaseModel) -> BaseModel:
+        if getattr(model, high) < getattr(model, low):
+            raise ValueError(
+                f"{high} ({getattr(model, high)}) must be >= {low} ({getattr(model, low)})"
+            )
+        return model
+
+    return model_validator(mode="after")(ordered)
+
+
+# --- rates (Mbps) -----------------------------------------------------------------------------
+
+
+class Constant(_Strict):
+    kind: Literal["constant"] = "constant"
+    value: RateMbps
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        return np.full(size, self.value)
+
+
+class Uniform(_Strict):
+    kind: Literal["uniform"] = "uniform"
+    low: RateMbps
+    high: RateMbps
+
+    _ordered = _low_at_most_high("low", "high")
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        return rng.uniform(self.low, self.high, size)
+
+
+class LogNormal(_Strict):
+    kind: Literal["lognormal"] = "lognormal"
+    median: RateMbps
+    sigma: Annotated[float, Field(ge=0, le=MAX_LOG_SIGMA)]
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        return self.median * np.exp(self.sigma * rng.standard_normal(size))
+
+
+RATE_LAWS = (Constant, Uniform, LogNormal)
+PositiveDistribution = Annotated[
+    tagged_union(RATE_LAWS, "kind"), _number_is_constant("value", any_text=False)
+]
+
+
+# --- powers (dBm) -----------------------------------------------------------------------------
+
+
+class ConstantDbm(_Strict):
+    kind: Literal["constant"] = "constant"
+    value_dbm: PowerDbm
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        return np.full(size, self.value_dbm)
+
+
+class UniformDbm(_Strict):
+    kind: Literal["uniform"] = "uniform"
+    low_dbm: PowerDbm
+    high_dbm: PowerDbm
+
+    _ordered = _low_at_most_high("low_dbm", "high_dbm")
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        return rng.uniform(self.low_dbm, self.high_dbm, size)
+
+
+class NormalDbm(_Strict):
+    """Normal in dB (log-normal in watts), clipped to -30..60 dBm."""
+
+    kind: Literal["normal"] = "normal"
+    mean_dbm: PowerDbm
+    std_db: Annotated[float, Field(ge=0, le=20)]
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        return np.clip(self.mean_dbm + self.std_db * rng.standard_normal(size), -30.0, 60.0)
+
+
+POWER_LAWS = (ConstantDbm, UniformDbm, NormalDbm)
+PowerLaw = Annotated[
+    tagged_union(POWER_LAWS, "kind"), _number_is_constant("value_dbm", any_text=True)
+]

@@ -1,0 +1,356 @@
+"""The scenario: every section together, the checks that span sections, and sweeps (one
+scenario per combination of swept values)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import yaml
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
+
+from fedsim.config.algorithms import (
+    AlgorithmConfig,
+    AsyncServerConfig,
+    CoboConfig,
+    DecentralizedConfig,
+    LocalConfig,
+    SyncServerConfig,
+)
+from fedsim.config.base import (
+    MAX_RATE_MBPS,
+    MAX_ROUNDS,
+    MAX_SEED,
+    MAX_SWEEP_RUNS,
+    MAX_TIME_S,
+    MIN_RATE_MBPS,
+    Fraction,
+    Rounds,
+    Seconds,
+    SweepValue,
+    _read_referenced_file,
+    _scenario_name,
+    _Strict,
+)
+from fedsim.config.clients import ClientsConfig
+from fedsim.config.data import DatasetConfig
+from fedsim.config.errors import describe
+from fedsim.config.system import SystemConfig
+from fedsim.config.training import ModelConfig, TrainingConfig
+from fedsim.sim.readers import read_availability, read_device_profiles, read_positions
+from fedsim.sim.topology import build_graph
+
+
+class RunConfig(_Strict):
+    rounds: Rounds | None = Field(default=None, description=f"at most {MAX_ROUNDS:,}")
+    time_budget_s: Seconds | None = Field(
+        default=None, description="simulated s, <= 1e7 (~116 days)"
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RunConfig:
+        if self.rounds is None and self.time_budget_s is None:
+            raise ValueError("set rounds, time_budget_s or both, so the run ends")
+        return self
+
+
+class EvaluationConfig(_Strict):
+    """When to measure: every few rounds, or every few simulated seconds (not both).
+
+    A time cadence compares algorithms at the same instants and keeps measuring when
+    rounds stall (churn) or do not exist (asynchronous and decentralized algorithms).
+    """
+
+    every_rounds: Rounds | None = None
+    every_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S)] | None = None
+    target_accuracy: Fraction | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_cadence(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("every_rounds") is not None and data.get("every_s") is not None:
+            raise ValueError("give every_rounds or every_s, not both")
+        if data.get("every_rounds") is None and data.get("every_s") is None:
+            return {**data, "every_rounds": 1}
+        return data
+
+
+class OutputConfig(_Strict):
+    dir: Path = Path("results")
+    events: bool = Field(default=False, description="write every event to events.jsonl")
+
+
+MIXABLE_ALGORITHMS = ("local", "perfed_ckt")  # they never add up different clients' parameters
+
+
+class Scenario(_Strict):
+    name: Annotated[str, AfterValidator(_scenario_name)] = Field(
+        description="results folder name: letters, digits, _ . + -"
+    )
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
+    dataset: DatasetConfig
+    model: ModelConfig
+    clients: ClientsConfig
+    system: SystemConfig = SystemConfig()
+    training: TrainingConfig = TrainingConfig()
+    algorithms: Annotated[list[AlgorithmConfig], Field(min_length=1)]
+    run: RunConfig
+    evaluation: EvaluationConfig = EvaluationConfig()
+    output: OutputConfig = OutputConfig()
+    sweep: dict[str, Annotated[list[SweepValue], Field(min_length=1)]] = Field(
+        default={},
+        description="dotted key -> values (numbers, strings, booleans, null): every combination "
+        f"(at most {MAX_SWEEP_RUNS}) runs on its own world",
+    )
+
+    @field_validator("algorithms")
+    @classmethod
+    def _unique_labels(cls, algorithms: list[AlgorithmConfig]) -> list[AlgorithmConfig]:
+        labels = [a.run_label.casefold() for a in algorithms]  # folders: case may not count
+        repeated = sorted({label for label in labels if labels.count(label) > 1})
+        if repeated:
+            raise ValueError(
+                f"two runs share the label {repeated[0]!r} (case aside: they name folders): give "
+                "each a distinct `label`"
+            )
+        return algorithms
+
+    @model_validator(mode="after")
+    def _oracle_needs_groups(self) -> Scenario:
+        grouped = self.dataset.partition.kind == "label_groups" or self.dataset.group_shift
+        for i, algorithm in enumerate(self.algorithms):
+            if algorithm.name == "oracle" and not grouped:
+                raise ValueError(
+                    f"algorithms[{i}].name: oracle needs true groups: use partition "
+                    "label_groups or a dataset.group_shift"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _group_sizes_cover_the_clients(self) -> Scenario:
+        shift = self.dataset.group_shift
+        clients = self.clients.count + self.clients.arrivals.reserve
+        if shift is not None and shift.sizes is not None and sum(shift.sizes) != clients:
+            raise ValueError(
+                f"dataset.group_shift.sizes: they sum to {sum(shift.sizes)}, but there are "
+                f"{clients} clients (clients.count plus the arrivals' reserve)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _gossip_needs_a_graph(self) -> Scenario:
+        for i, algorithm in enumerate(self.algorithms):
+            if algorithm.name == "dsgd" and self.system.d2d is None:
+                raise ValueError(
+                    f"algorithms[{i}].name: dsgd gossips with its D2D neighbours: add a "
+                    "system.d2d section (its graph)"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _cobo_penalty_step_is_stable(self) -> Scenario:
+        """CoBo's X-step is an explicit gradient step on ρ Σ_k w_ik ||x_i − x_k||²/2: with
+        W⁰ = 1 every client pulls every other, and with SGD the step contracts the models'
+        differences only while lr · ρ · (n − 1) < 2 (1 + momentum); beyond that they blow up
+        before the W-step can cut the links."""
+        training = self.training
+        if training.optimizer != "sgd":
+            return self
+        bound = 2 * (1 + training.momentum)
+        for i, algorithm in enumerate(self.algorithms):
+            if not isinstance(algorithm, CoboConfig):
+                continue
+            step = training.lr * algorithm.penalty * (self.clients.count - 1)
+            if step >= bound:
+                raise ValueError(
+                    f"algorithms[{i}].penalty: lr x penalty x (clients - 1) = {step:.3g} with "
+                    f"W0 = 1, at or over {bound:g}: the penalized SGD step diverges; use "
+                    f"penalty < {bound / (training.lr * max(self.clients.count - 1, 1)):.3g}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _mixed_models_do_not_average(self) -> Scenario:
+        if not self.model.mix:
+            return self
+        for i, algorithm in enumerate(self.algorithms):
+            if algorithm.name not in MIXABLE_ALGORITHMS:
+                raise ValueError(
+                    f"algorithms[{i}].name: {algorithm.name} averages parameters, so every client "
+                    f"needs the same model; model.mix works with {', '.join(MIXABLE_ALGORITHMS)}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _renewal_churn_needs_a_time_budget(self) -> Scenario:
+        """On/off renewals never stop. A deadline closes every synchronous round, but Local and
+        asynchronous runs count completed work, and work longer than the online periods never
+        completes: without a time budget such a run (or its budget) would never end."""
+        if self.clients.availability.kind != "renewal" or self.run.time_budget_s is not None:
+            return self
+        for i, algorithm in enumerate(self.algorithms):
+            if isinstance(algorithm, LocalConfig | AsyncServerConfig):
+                raise ValueError(
+                    f"run.time_budget_s: required for algorithms[{i}] ({algorithm.name}) with "
+                    "clients.availability 'renewal': clients go offline and come back forever, "
+                    "and work longer than the online periods never completes, so rounds alone "
+                    "may never end the run"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _dropouts_need_deadlines(self) -> Scenario:
+        if not self.clients.can_drop_out:
+            return self
+        for i, algorithm in enumerate(self.algorithms):
+            if (
+                isinstance(algorithm, SyncServerConfig | DecentralizedConfig)
+                and algorithm.deadline_s is None
+            ):
+                raise ValueError(
+                    f"algorithms[{i}].deadline_s: required when clients can go offline or "
+                    "leave (a lost update or message is only noticed through the deadline)"
+                )
+            if isinstance(algorithm, AsyncServerConfig) and algorithm.task_timeout_s is None:
+                raise ValueError(
+                    f"algorithms[{i}].task_timeout_s: required when clients can go offline or "
+                    "leave (a lost client's slot is freed only by the timeout)"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _traces_cover_the_clients(self) -> Scenario:
+        """A device or availability trace must have an entry for every client."""
+        traces = []
+        if self.system.devices is not None:
+            traces.append(("system.devices.path", self.system.devices.path, read_device_profiles))
+        if self.clients.availability.kind == "intervals":
+            traces.append(
+                ("clients.availability.path", self.clients.availability.path, read_availability)
+            )
+        for field_name, path, read in traces:
+            entries = len(_read_referenced_file(path, read))
+            if entries < self.clients.total:
+                raise ValueError(
+                    f"{field_name}: {path} has {entries} clients, the scenario "
+                    f"{self.clients.total} (clients.count plus the arrivals' reserve)"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _positions_cover_the_clients(self) -> Scenario:
+        radio = self.system.radio
+        if radio is None or radio.positions is None:
+            return self
+        placed = _read_referenced_file(radio.positions, read_positions)
+        missing = sorted(set(range(self.clients.total)) - set(placed))
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+            raise ValueError(
+                f"system.radio.positions: {radio.positions} places no client {shown} "
+                f"({len(missing)} of the {self.clients.total} clients, reserve included)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _edge_list_fits_the_clients(self) -> Scenario:
+        """Read the D2D edge-list file now (it needs the number of clients): a missing,
+        malformed or disconnected one is found by validate, not when the world is built."""
+        d2d = self.system.d2d
+        if d2d is None or d2d.edge_list is None:
+            return self
+
+        def read(path: Path) -> Any:
+            rng = np.random.default_rng(0)  # an edge list draws nothing
+            return build_graph("edge_list", self.clients.total, rng, edge_list_path=path)
+
+        try:
+            graph = _read_referenced_file(d2d.edge_list, read)
+        except ValueError as error:
+            raise ValueError(f"system.d2d.edge_list: {error}") from None
+        for u, v, rate_bps in graph.edges(data="rate_bps"):
+            if rate_bps is not None and not MIN_RATE_MBPS <= rate_bps / 1e6 <= MAX_RATE_MBPS:
+                raise ValueError(
+                    f"system.d2d.edge_list: edge {u}-{v} has rate {rate_bps / 1e6:g} Mbps, "
+                    f"outside {MIN_RATE_MBPS:g}..{MAX_RATE_MBPS:g}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _sweep_values_are_valid(self) -> Scenario:
+        self.variants()  # raises, naming the swept key, if a combination is invalid
+        return self
+
+    def variants(self) -> list[Scenario]:
+        """One scenario per combination of the sweep (just this one without a sweep).
+
+        Each variant's runs are labelled ``<label>@<key>=<value>`` so that all of them
+        land side by side in this scenario's results folder.
+        """
+        if not self.sweep:
+            return [self]
+        base = self.model_dump(mode="json", exclude={"sweep"})
+        keys = list(self.sweep)
+        combinations = int(np.prod([len(self.sweep[k]) for k in keys], dtype=float))
+        if combinations > MAX_SWEEP_RUNS:
+            raise ValueError(
+                f"sweep: {combinations:,} combinations; at most {MAX_SWEEP_RUNS} (each is a run)"
+            )
+        variants, suffixes = [], set()
+        for values in itertools.product(*(self.sweep[k] for k in keys)):
+            data = copy.deepcopy(base)
+            suffix = ",".join(
+                f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, values, strict=True)
+            )
+            if suffix.casefold() in suffixes:  # e.g. [1, 1], or [a, A] on a case-blind disk
+                raise ValueError(
+                    f"sweep.{keys[0]}: two combinations are both labelled {suffix!r}, so their "
+                    "runs would share a results folder: list each value once"
+                )
+            suffixes.add(suffix.casefold())
+            for key, value in zip(keys, values, strict=True):
+                _set_dotted(data, key, value)
+            for algorithm in data["algorithms"]:
+                algorithm["label"] = f"{algorithm['label'] or algorithm['name']}@{suffix}"
+            try:
+                variants.append(Scenario.model_validate(data))
+            except ValidationError as error:
+                first = _describe(error.errors()[0])
+                raise ValueError(
+                    f"sweep.{keys[0]}: the combination {suffix} is invalid: {first}"
+                ) from None
+        return variants
+
+    def results_dir(self) -> Path:
+        return self.output.dir / self.name
+
+    def to_yaml(self, algorithms: list[AlgorithmConfig] | None = None) -> str:
+        """The resolved scenario (defaults filled in), optionally narrowed to some runs."""
+        data = self.model_dump(mode="json")
+        if algorithms is not None:
+            data["algorithms"] = [a.model_dump(mode="json") for a in algorithms]
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def _set_dotted(data: dict, key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    node = data
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            raise ValueError(f"sweep.{key}: {part!r} is not a section of the scenario")
+        node = node[part]
+    if last not in node:
+        raise ValueError(
+            f"sweep.{key}: {last!r} is not a key of {'.'.join(parents) or 'the scenario'}"
+        )
+    node[last] = value
+
+
+def _describe(error: dict) -> str:
+    """A pydantic error of a scenario as ``field.path: reason``."""
+    return describe(error, Scenario)

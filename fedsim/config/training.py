@@ -1,0 +1,98 @@
+"""The model each client trains (one architecture or a mix) and how it trains locally."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from fedsim.config.base import MAX_LR, MAX_THREADS, MAX_WIDTH, Fraction, PositiveInt, _Strict
+
+ModelName = Literal["mlp", "lenet5", "cnn"]
+HiddenSizes = Annotated[tuple[Annotated[int, Field(gt=0, le=MAX_WIDTH)], ...], Field(max_length=64)]
+
+
+class ModelShare(_Strict):
+    name: ModelName
+    fraction: Fraction
+    hidden_sizes: HiddenSizes = (200, 200)
+
+
+class ModelConfig(_Strict):
+    """One architecture for every client, or a mix (model-heterogeneous clients)."""
+
+    name: ModelName | None = None
+    hidden_sizes: HiddenSizes = (200, 200)
+    mix: list[ModelShare] = Field(
+        default=[], description="architectures and the share of clients that get each"
+    )
+    assign: Literal["by_size", "random"] = Field(
+        default="by_size", description="by_size: the first listed go to the largest datasets"
+    )
+
+    @model_validator(mode="after")
+    def _name_or_mix(self) -> ModelConfig:
+        if (self.name is None) == (not self.mix):
+            raise ValueError("give a model name, or a mix of architectures, not both")
+        total = sum(share.fraction for share in self.mix)
+        if self.mix and abs(total - 1) > 1e-6:
+            raise ValueError(f"mix fractions must sum to 1 (they sum to {total:g})")
+        return self
+
+    @property
+    def architectures(self) -> list[ModelShare]:
+        if self.mix:
+            return list(self.mix)
+        return [ModelShare(name=self.name, fraction=1.0, hidden_sizes=self.hidden_sizes)]
+
+
+class TrainingConfig(_Strict):
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: Annotated[float, Field(gt=0, le=MAX_LR)] = 0.05
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    weight_decay: Annotated[float, Field(ge=0, le=1)] = 0.0
+    batch_size: PositiveInt = 32
+    local_epochs: PositiveInt | None = None
+    local_steps: PositiveInt | None = None
+    engine: Literal["auto", "loop", "vmap"] = Field(
+        default="auto",
+        description="how trainings of one architecture run: one by one (loop), vectorized "
+        "across clients (vmap), or whichever was measured faster on this device (auto)",
+    )
+    threads: Annotated[int, Field(gt=0, le=MAX_THREADS)] = Field(
+        default=1,
+        description="torch intra-op threads per run (1: small models gain nothing from more, "
+        "and lose badly when cores are shared); results depend on it",
+    )
+    device: Literal["cpu", "cuda"] = Field(
+        default="cpu", description="where training and evaluation run"
+    )
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        default="fp32",
+        description="compute precision (autocast; parameters stay fp32): bf16 and fp16 are "
+        "faster where the hardware has them and change the numbers; fp16 needs cuda",
+    )
+    memory_format: Literal["auto", "contiguous", "channels_last"] = Field(
+        default="auto",
+        description="layout of convolution inputs; auto: channels_last only with bf16 (measured)",
+    )
+
+    @model_validator(mode="after")
+    def _fp16_on_cuda(self) -> TrainingConfig:
+        if self.precision == "fp16" and self.device != "cuda":
+            raise ValueError(
+                "precision fp16 needs device cuda (its loss scaling is for GPUs); on a CPU use bf16"
+            )
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_work_unit(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        epochs, steps = data.get("local_epochs"), data.get("local_steps")
+        if epochs is not None and steps is not None:
+            raise ValueError("give local_epochs or local_steps, not both")
+        if epochs is None and steps is None:
+            return {**data, "local_epochs": 1}
+        return data
