@@ -5,26 +5,20 @@ a simulation, so it can be used on a machine without simpy or torch.
 """
 
 from analysis.churn import Recovery, load_activity, plot_active_clients, recovery_after
-from analysis.plots import plot_accuracy_vs_bytes, plot_runs, plot_time_to_accuracy
-from analysis.results import (
-    Run,
-    RunGroup,
-    SeedAggregate,
-    across_seeds,
-    find_runs,
-    group_seeds,
-    load_run,
-    time_to_target,
-)
+from analysis.figures import plot_results, plot_runs
+from analysis.pareto import plot_pareto
+from analysis.plots import plot_accuracy_vs_bytes, plot_time_to_accuracy
+from analysis.results import Run, RunGroup, find_runs, group_seeds, load_run, time_to_target
 from analysis.stats import (
     CompareRow,
     KaplanMeier,
     MeanCurve,
+    SeedAggregate,
+    across_seeds,
     compare_rows,
     format_table,
     kaplan_meier,
     mean_curve,
-    plot_pareto,
 )
 
 __all__ = [
@@ -47,6 +41,7 @@ __all__ = [
     "plot_accuracy_vs_bytes",
     "plot_active_clients",
     "plot_pareto",
+    "plot_results",
     "plot_runs",
     "plot_time_to_accuracy",
     "recovery_after",

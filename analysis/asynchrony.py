@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from analysis.plots import _colour, _save
+from analysis import style
+from fedsim.results.files import ASYNC_FILE
 
-ASYNC_FILE = "async.npz"
+ASYNC_PLOT = "asynchrony.png"
 
 
 def plot_async(runs: Sequence[tuple[str, Path]], out_path: Path) -> Path:
@@ -29,7 +30,7 @@ def plot_async(runs: Sequence[tuple[str, Path]], out_path: Path) -> Path:
         largest = max(largest, int(data["staleness"].max(initial=0)))
     bins = np.arange(largest + 2) - 0.5
     for index, (label, times, taus) in enumerate(loaded):
-        colour = _colour(index)
+        colour = style.colour(index)
         updates.step(times, np.arange(1, len(times) + 1), where="post", color=colour, label=label)
         mean = f"mean {taus.mean():.1f}" if taus.size else "none applied"
         staleness.hist(taus, bins=bins, histtype="step", color=colour, label=f"{label} ({mean})")
@@ -39,4 +40,4 @@ def plot_async(runs: Sequence[tuple[str, Path]], out_path: Path) -> Path:
     for axes in (updates, staleness):
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8)
-    return _save(figure, out_path)
+    return style.save(figure, out_path)

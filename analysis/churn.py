@@ -15,15 +15,22 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from analysis.plots import _colour, _save
+from analysis import style
 from analysis.results import read_columns
+from fedsim.results.files import ACTIVITY_COLUMNS, ACTIVITY_FILE
 from fedsim.results.recovery import Recovery, recovery_after
 
-__all__ = ["ACTIVITY_FILE", "Recovery", "load_activity", "plot_active_clients", "recovery_after"]
+__all__ = [
+    "ACTIVE_CLIENTS_PLOT",
+    "ACTIVITY_COLUMNS",
+    "ACTIVITY_FILE",
+    "Recovery",
+    "load_activity",
+    "plot_active_clients",
+    "recovery_after",
+]
 
-ACTIVITY_FILE = "activity.csv"
-ACTIVITY_COLUMNS = ("time_s", "present", "online")
-_EXPLANATION_COLOUR = "0.45"
+ACTIVE_CLIENTS_PLOT = "active_clients.png"
 
 
 def load_activity(path: Path) -> dict[str, np.ndarray]:
@@ -41,8 +48,7 @@ def plot_active_clients(
     A count holds until the next change, so each run's last count is drawn to the right edge
     of the figure (``activity.csv`` does not say when the run stopped).
     """
-    if not runs:
-        raise ValueError("no runs to plot")
+    style.require_runs(runs)
     activities = [(label, load_activity(Path(folder) / ACTIVITY_FILE)) for label, folder in runs]
     end_s = max(
         [float(a["time_s"].max()) for _, a in activities if a["time_s"].size]
@@ -53,7 +59,7 @@ def plot_active_clients(
     figure = Figure(figsize=(7, 4.5))
     ax = figure.add_subplot()
     for index, (label, activity) in enumerate(activities):
-        colour = _colour(index)
+        colour = style.colour(index)
         if not activity["time_s"].size:
             ax.plot([], [], color=colour, label=f"{label} (no data)")
             continue
@@ -66,8 +72,8 @@ def plot_active_clients(
         ax.axvline(event_s, color="black", linestyle=":", linewidth=1)
 
     explanation = [
-        Line2D([], [], color=_EXPLANATION_COLOUR, label="present"),
-        Line2D([], [], color=_EXPLANATION_COLOUR, linestyle="--", label="online"),
+        Line2D([], [], color=style.EXPLANATION_COLOUR, label="present"),
+        Line2D([], [], color=style.EXPLANATION_COLOUR, linestyle="--", label="online"),
     ]
     if len(event_times_s):
         explanation.append(Line2D([], [], color="black", linestyle=":", label="event"))
@@ -78,4 +84,4 @@ def plot_active_clients(
     ax.set_ylim(bottom=0)
     ax.set_title("Active clients vs simulated time")
     ax.grid(True, alpha=0.3)
-    return _save(figure, out_path)
+    return style.save(figure, out_path)

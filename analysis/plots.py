@@ -1,72 +1,30 @@
-"""Comparison plots of fedsim runs.
+"""Accuracy against simulated time and against communicated bytes, one curve per run.
 
-Figures are built on ``matplotlib.figure.Figure`` and rendered by the Agg canvas, with no pyplot
-state, so plotting works headless and from several threads or tests. Run ``i`` is drawn in
-colour ``i`` of the tab10 cycle in every figure, so a run is recognisable across figures. In a
-seed sweep (labels that differ only in ``seed=N``) the accuracy figures draw each run label's
+In a seed sweep (labels that differ only in ``seed=N``) these figures draw each run label's
 mean over its seeds instead, with the 95% confidence band of that mean, in the colour of the
-label's place among the labels; ``pareto.png`` (``analysis.stats.plot_pareto``) sets the
-labels' final accuracy against their time and bytes to the target.
+label's place among the labels; ``pareto.png`` (``analysis.pareto.plot_pareto``) sets the
+labels' final accuracy against their time and bytes to the target. Colours, saving and the
+other conventions shared by every figure are in ``analysis.style``.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib import colormaps
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from analysis import style
 from analysis.results import Run, RunGroup, group_seeds, time_to_target
+from analysis.stats import BYTES_PER_MB, mean_curve, outcomes_km, run_outcome
 
-DPI = 120
-BYTES_PER_MB = 1e6
 TIME_TO_ACCURACY_FILE = "time_to_accuracy.png"
 ACCURACY_VS_BYTES_FILE = "accuracy_vs_bytes.png"
-_PALETTE = colormaps["tab10"].colors
-_EXPLANATION_COLOUR = "0.45"
 _SEED_BAND = "95% CI of the mean over seeds"
-
-
-def _colour(index: int) -> tuple[float, ...]:
-    return _PALETTE[index % len(_PALETTE)]
-
-
-def _percent(run: Run, column: str) -> np.ndarray:
-    return run.columns[column] * 100.0
-
-
-def _name(run: Run) -> str:
-    """The run's label, marked when its summary says it did not finish (interrupted)."""
-    return run.label + (" (incomplete)" if run.summary.get("complete") is False else "")
-
-
-def _has_data(run: Run) -> bool:
-    return bool(np.isfinite(run.columns["accuracy"]).any())
-
-
-def _line_style(run: Run) -> dict:
-    """Show points when there are too few for a line to be visible (a single evaluation)."""
-    return {"marker": "o", "markersize": 3} if run.columns["accuracy"].size == 1 else {}
-
-
-def _require_runs(runs: Sequence[Run]) -> None:
-    if not runs:
-        raise ValueError("no runs to plot")
-
-
-def _save(figure: Figure, out_path: Path) -> Path:
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(figure)  # render with Agg whatever the session's default backend is
-    figure.savefig(out_path, dpi=DPI, bbox_inches="tight")
-    return out_path
 
 
 def _draw_groups(
@@ -79,28 +37,29 @@ def _draw_groups(
     groups = group_seeds(runs)
     for index, group in enumerate(groups):
         if group.seeded:
-            draw_seeds(group, _colour(index))
+            draw_seeds(group, style.colour(index))
         else:
-            draw_run(group.runs[0], _colour(index))
+            draw_run(group.runs[0], style.colour(index))
     return groups
 
 
 def _draw_run_against_time(ax: Axes, run: Run, colour, target_accuracy: float | None) -> None:
     """One run: its mean accuracy, client p10–p90 band, worst client, first time at target."""
-    if not _has_data(run):
-        ax.plot([], [], color=colour, label=f"{_name(run)} (no data)")
+    if not style.has_data(run):
+        ax.plot([], [], color=colour, label=f"{style.run_name(run)} (no data)")
         return
     time = run.columns["time_s"]
-    ax.plot(time, _percent(run, "accuracy"), color=colour, label=_name(run), **_line_style(run))
+    accuracy, name = style.percent(run, "accuracy"), style.run_name(run)
+    ax.plot(time, accuracy, color=colour, label=name, **style.line_style(run))
     ax.fill_between(
         time,
-        _percent(run, "p10_accuracy"),
-        _percent(run, "p90_accuracy"),
+        style.percent(run, "p10_accuracy"),
+        style.percent(run, "p90_accuracy"),
         color=colour,
         alpha=0.18,
         linewidth=0,
     )
-    ax.plot(time, _percent(run, "worst_accuracy"), color=colour, linestyle=":", linewidth=0.9)
+    ax.plot(time, style.percent(run, "worst_accuracy"), color=colour, linestyle=":", linewidth=0.9)
     if target_accuracy is not None:
         _mark_target(ax, time_to_target(run, target_accuracy), target_accuracy, colour, "o")
 
@@ -133,16 +92,14 @@ def _draw_seed_mean(ax: Axes, group: RunGroup, colour, column: str, x_scale: flo
     """A seed group's mean accuracy over its seeds against ``column`` (divided by ``x_scale``)
     and the 95% confidence band of that mean, where every seed has data
     (``analysis.stats.mean_curve``); False if the seeds have no data in common."""
-    from analysis.stats import mean_curve
-
     curve = mean_curve(
-        [(run.columns[column] / x_scale, _percent(run, "accuracy")) for run in group.runs]
+        [(run.columns[column] / x_scale, style.percent(run, "accuracy")) for run in group.runs]
     )
     if not curve.x.size:
         ax.plot([], [], color=colour, label=f"{group.label} (no data in common)")
         return False
-    style = {"marker": "o", "markersize": 3} if curve.x.size == 1 else {}
-    ax.plot(curve.x, curve.mean, color=colour, label=_seeds_name(group, curve.curves), **style)
+    points = style.lone_point_style(curve.x.size)
+    ax.plot(curve.x, curve.mean, color=colour, label=_seeds_name(group, curve.curves), **points)
     if curve.curves > 1:  # drawn within the accuracies there can be (few seeds: wide bands)
         low, high = np.clip(curve.low, 0.0, 100.0), np.clip(curve.high, 0.0, 100.0)
         ax.fill_between(curve.x, low, high, color=colour, alpha=0.2, linewidth=0)
@@ -153,8 +110,6 @@ def _draw_seeds_against_time(
     ax: Axes, group: RunGroup, colour, target_accuracy: float | None
 ) -> None:
     """A seed group's mean curve and band, and its KM median time to target on the target."""
-    from analysis.stats import outcomes_km, run_outcome
-
     if _draw_seed_mean(ax, group, colour, "time_s", 1.0) and target_accuracy is not None:
         km = outcomes_km([run_outcome(run, target_accuracy) for run in group.runs])
         _mark_target(ax, km.median, target_accuracy, colour, "D")
@@ -168,7 +123,7 @@ def plot_time_to_accuracy(
 
     Runs whose labels differ only in ``seed=N`` are one curve instead: the mean over the seeds,
     the 95% confidence band of that mean, and their Kaplan–Meier median time to target."""
-    _require_runs(runs)
+    style.require_runs(runs)
     figure = Figure(figsize=(7, 4.5))
     ax = figure.add_subplot()
     groups = _draw_groups(
@@ -181,11 +136,11 @@ def plot_time_to_accuracy(
     explanation = []
     if not all(group.seeded for group in groups):
         explanation += [
-            Patch(color=_EXPLANATION_COLOUR, alpha=0.3, label="clients p10–p90"),
-            Line2D([], [], color=_EXPLANATION_COLOUR, linestyle=":", label="worst client"),
+            Patch(color=style.EXPLANATION_COLOUR, alpha=0.3, label="clients p10–p90"),
+            Line2D([], [], color=style.EXPLANATION_COLOUR, linestyle=":", label="worst client"),
         ]
     if seeded:
-        explanation.append(Patch(color=_EXPLANATION_COLOUR, alpha=0.3, label=_SEED_BAND))
+        explanation.append(Patch(color=style.EXPLANATION_COLOUR, alpha=0.3, label=_SEED_BAND))
     if target_accuracy is not None:
         ax.axhline(target_accuracy * 100.0, color="black", linestyle="--", linewidth=1)
         reached = "KM median over seeds" if seeded else "first reached"
@@ -196,7 +151,7 @@ def plot_time_to_accuracy(
                 color="black",
                 linestyle="--",
                 marker="D" if seeded else "o",
-                markerfacecolor=_EXPLANATION_COLOUR,
+                markerfacecolor=style.EXPLANATION_COLOUR,
                 label=f"target {target_accuracy:.0%} ({reached})",
             )
         )
@@ -206,15 +161,15 @@ def plot_time_to_accuracy(
     ax.set_ylabel("Test accuracy (%)")
     ax.set_title("Accuracy vs simulated time")
     ax.grid(True, alpha=0.3)
-    return _save(figure, out_path)
+    return style.save(figure, out_path)
 
 
 def _draw_run_against_bytes(ax: Axes, run: Run, colour, column: str) -> None:
-    if not _has_data(run):
-        ax.plot([], [], color=colour, label=f"{_name(run)} (no data)")
+    if not style.has_data(run):
+        ax.plot([], [], color=colour, label=f"{style.run_name(run)} (no data)")
         return
     megabytes = run.columns[column] / BYTES_PER_MB
-    accuracy = _percent(run, "accuracy")
+    accuracy = style.percent(run, "accuracy")
     if not np.nanmax(megabytes, initial=0.0) > 0:
         final = accuracy[np.isfinite(accuracy)][-1]
         ax.plot(
@@ -223,18 +178,18 @@ def _draw_run_against_bytes(ax: Axes, run: Run, colour, column: str) -> None:
             marker="D",
             linestyle="none",
             color=colour,
-            label=f"{_name(run)} (no communication)",
+            label=f"{style.run_name(run)} (no communication)",
         )
         return
-    ax.plot(megabytes, accuracy, color=colour, label=_name(run), **_line_style(run))
+    ax.plot(megabytes, accuracy, color=colour, label=style.run_name(run), **style.line_style(run))
 
 
 def _draw_seeds_against_bytes(ax: Axes, group: RunGroup, colour, column: str) -> None:
     """A seed group's mean curve and band; seeds that never sent anything on this link are one
     marker at 0 MB at their mean final accuracy."""
-    measured = [run for run in group.runs if _has_data(run)]
+    measured = [run for run in group.runs if style.has_data(run)]
     if measured and not any(np.nanmax(run.columns[column], initial=0.0) > 0 for run in measured):
-        finals = [_percent(run, "accuracy") for run in measured]
+        finals = [style.percent(run, "accuracy") for run in measured]
         ax.plot(
             0.0,
             float(np.mean([final[np.isfinite(final)][-1] for final in finals])),
@@ -258,7 +213,7 @@ def _plot_against_bytes(ax: Axes, runs: Sequence[Run], column: str) -> None:
     )
     handles, _ = ax.get_legend_handles_labels()
     if any(group.seeded for group in groups):
-        handles.append(Patch(color=_EXPLANATION_COLOUR, alpha=0.3, label=_SEED_BAND))
+        handles.append(Patch(color=style.EXPLANATION_COLOUR, alpha=0.3, label=_SEED_BAND))
     ax.grid(True, alpha=0.3)
     ax.legend(handles=handles, loc="lower right", fontsize="small")
 
@@ -266,7 +221,7 @@ def _plot_against_bytes(ax: Axes, runs: Sequence[Run], column: str) -> None:
 def plot_accuracy_vs_bytes(runs: Sequence[Run], out_path: Path) -> Path:
     """Plot mean accuracy against cumulative uplink and downlink traffic, side by side, to
     compare algorithms by what they cost the wireless links rather than by time."""
-    _require_runs(runs)
+    style.require_runs(runs)
     figure = Figure(figsize=(11, 4.5))
     uplink, downlink = figure.subplots(1, 2, sharey=True)
     _plot_against_bytes(uplink, runs, "uplink_bytes")
@@ -277,49 +232,4 @@ def plot_accuracy_vs_bytes(runs: Sequence[Run], out_path: Path) -> Path:
     uplink.set_title("Uplink")
     downlink.set_title("Downlink")
     figure.suptitle("Accuracy vs communicated bytes")
-    return _save(figure, out_path)
-
-
-def _summaries_target(runs: Sequence[Run], otherwise: str = "not drawing a target") -> float | None:
-    """The target accuracy the runs' summaries share; None (with a warning that ends with
-    ``otherwise``) if they differ."""
-    targets = {
-        float(run.summary["target_accuracy"])
-        for run in runs
-        if run.summary.get("target_accuracy") is not None
-    }
-    if len(targets) > 1:
-        warnings.warn(
-            f"runs have different target accuracies {sorted(targets)}; {otherwise}",
-            stacklevel=3,
-        )
-    return targets.pop() if len(targets) == 1 else None
-
-
-def plot_runs(
-    runs: Sequence[Run], out_dir: Path, target_accuracy: float | None = None
-) -> list[Path]:
-    """Write the comparison figures of ``runs`` into ``out_dir``; without an explicit target,
-    use the one recorded in the runs' summaries if they agree. With a target and at least two
-    run labels swept over seeds, also ``pareto.png``."""
-    out_dir = Path(out_dir)
-    if target_accuracy is None:
-        target_accuracy = _summaries_target(runs)
-    written = [
-        plot_time_to_accuracy(runs, out_dir / TIME_TO_ACCURACY_FILE, target_accuracy),
-        plot_accuracy_vs_bytes(runs, out_dir / ACCURACY_VS_BYTES_FILE),
-    ]
-    from analysis import energy, stats  # they draw with this module's helpers
-
-    if target_accuracy is not None and sum(group.seeded for group in group_seeds(runs)) >= 2:
-        written.append(stats.plot_pareto(runs, out_dir / stats.PARETO_FILE, target_accuracy))
-
-    with_energy = [run for run in runs if energy.has_energy(run)]
-    if with_energy:
-        written.append(
-            energy.plot_accuracy_vs_energy(with_energy, out_dir / energy.ACCURACY_VS_ENERGY_FILE)
-        )
-        written.append(
-            energy.plot_energy_per_client(with_energy, out_dir / energy.ENERGY_PER_CLIENT_FILE)
-        )
-    return written
+    return style.save(figure, out_path)

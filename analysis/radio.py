@@ -7,11 +7,10 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from analysis.plots import _colour, _save
+from analysis import style
 from analysis.results import read_columns
+from fedsim.results.files import CHANNEL_COLUMNS, CHANNEL_FILE, RADIO_COLUMNS, RADIO_FILE
 
-RADIO_FILE = "radio.csv"
-CHANNEL_FILE = "channel.csv"
 CHANNEL_PLOT = "channel.png"
 
 
@@ -20,17 +19,15 @@ def plot_channel(run_dir: Path, out_path: Path | None = None) -> Path:
     Right: every client's mean uplink SNR against its distance, coloured by the rate its
     uploads actually got (the band shared with the others, outages included)."""
     run_dir = Path(run_dir)
-    radio = read_columns(
-        run_dir / RADIO_FILE, ("client", "distance_m", "uplink_snr_db", "uplink_mbps")
-    )
-    channel = read_columns(run_dir / CHANNEL_FILE, ("client", "time_s", "rate_mbps"))
+    radio = read_columns(run_dir / RADIO_FILE, RADIO_COLUMNS)
+    channel = read_columns(run_dir / CHANNEL_FILE, CHANNEL_COLUMNS)
     figure = Figure(figsize=(11, 4))
     over_time, by_distance = figure.subplots(1, 2)
     for i, client in enumerate(np.unique(channel["client"]).astype(int)):
         mine = channel["client"] == client
         distance = radio["distance_m"][radio["client"] == client]
         over_time.plot(
-            channel["time_s"][mine], channel["rate_mbps"][mine], color=_colour(i), lw=0.8,
+            channel["time_s"][mine], channel["rate_mbps"][mine], color=style.colour(i), lw=0.8,
             label=f"client {client} ({distance[0]:.0f} m)",
         )  # fmt: skip
     over_time.set_yscale("log")
@@ -54,4 +51,4 @@ def plot_channel(run_dir: Path, out_path: Path | None = None) -> Path:
     by_distance.set_xlabel("distance to the base station (m)")
     by_distance.set_ylabel("uplink SNR on the whole band, no fading (dB)")
     figure.suptitle(f"radio channel: {run_dir.name}")
-    return _save(figure, out_path or run_dir / CHANNEL_PLOT)
+    return style.save(figure, out_path or run_dir / CHANNEL_PLOT)

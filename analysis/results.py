@@ -3,6 +3,7 @@
 A run folder holds ``metrics.csv`` (one row per evaluation, appended while the run goes) and,
 once the run ends, ``summary.json``. Runs may be read while they are still going or after they
 were interrupted, so an incomplete last line of ``metrics.csv`` is ignored rather than fatal.
+File names and columns come from ``fedsim.results.files``, the contract the recorder writes to.
 """
 
 from __future__ import annotations
@@ -17,21 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-METRICS_FILE = "metrics.csv"
-SUMMARY_FILE = "summary.json"
-METRIC_COLUMNS: tuple[str, ...] = (
-    "time_s",
-    "round",
-    "accuracy",
-    "worst_accuracy",
-    "p10_accuracy",
-    "p50_accuracy",
-    "p90_accuracy",
-    "train_loss",
-    "uplink_bytes",
-    "downlink_bytes",
-    "participants",
-)
+from fedsim.results.files import ENERGY_SPENT, METRICS_COLUMNS, METRICS_FILE, SUMMARY_FILE
+
+METRIC_COLUMNS = METRICS_COLUMNS  # the name scripts imported before the contract existed
 
 
 @dataclass(frozen=True)
@@ -105,7 +94,7 @@ def load_run(path: Path) -> Run:
     return Run(
         label=path.name,
         path=path,
-        columns=read_columns(metrics, METRIC_COLUMNS),
+        columns=read_columns(metrics, METRICS_COLUMNS),
         summary=_read_summary(path / SUMMARY_FILE),
     )
 
@@ -163,26 +152,28 @@ def time_to_target(run: Run, target: float) -> float | None:
     return float(run.columns["time_s"][reached[0]]) if reached.size else None
 
 
-@dataclass(frozen=True)
-class SeedAggregate:
-    """One run label's summaries over the seeds of a ``seed`` sweep: mean and spread, so a
-    ranking can be read without picking a lucky seed."""
-
-    label: str  # the run label without its ``seed=N`` part
-    seeds: int
-    final_mean: float
-    final_std: float  # population standard deviation over the seeds (0 for one seed)
-    worst_mean: float
-    reached: int  # seeds whose run reached the target accuracy
-    median_time_to_target_s: float | None  # over the seeds that reached it
-    # Kaplan–Meier median over all the seeds, a run that never reached the target censored at
-    # its last simulated time (``time_s``; at infinity when its summary lacks one), and the
-    # 95% CI of that median (None: not bounded); see ``analysis.stats.kaplan_meier``
-    km_median_time_to_target_s: float | None = None
-    km_median_ci_s: tuple[float | None, float | None] = (None, None)
+def has_energy(run: Run) -> bool:
+    """Whether the run's metrics.csv has the energy columns (scenarios with ``system.energy``)."""
+    return all(column in run.columns for column in ENERGY_SPENT)
 
 
-def _without_seed(label: str) -> str | None:
+def summaries_target(runs: Sequence[Run], otherwise: str = "not drawing a target") -> float | None:
+    """The target accuracy the runs' summaries share; None (with a warning that ends with
+    ``otherwise``) if they differ."""
+    targets = {
+        float(run.summary["target_accuracy"])
+        for run in runs
+        if run.summary.get("target_accuracy") is not None
+    }
+    if len(targets) > 1:
+        warnings.warn(
+            f"runs have different target accuracies {sorted(targets)}; {otherwise}",
+            stacklevel=3,
+        )
+    return targets.pop() if len(targets) == 1 else None
+
+
+def without_seed(label: str) -> str | None:
     """``cobo@groups=2,seed=3`` -> ``cobo@groups=2``; None if the label has no seed part."""
     name, _, suffix = label.partition("@")
     parts = suffix.split(",") if suffix else []
@@ -207,41 +198,10 @@ def group_seeds(runs: Sequence[Run]) -> list[RunGroup]:
     has no seed part is a group of its own, even if a seeded group has its label."""
     groups: dict[tuple[str, int | None], list[Run]] = {}
     for index, run in enumerate(runs):
-        unseeded = _without_seed(run.label)
+        unseeded = without_seed(run.label)
         key = (run.label, index) if unseeded is None else (unseeded, None)
         groups.setdefault(key, []).append(run)
     return [
         RunGroup(label=label, runs=tuple(members), seeded=alone is None)
         for (label, alone), members in groups.items()
     ]
-
-
-def across_seeds(summaries: Sequence[dict]) -> list[SeedAggregate]:
-    """Group ``summary.json`` contents whose labels differ only in ``seed=N`` (first-seen order)."""
-    from analysis.stats import kaplan_meier  # analysis.stats imports this module
-
-    groups: dict[str, list[dict]] = {}
-    for summary in summaries:
-        label = _without_seed(summary["algorithm"])
-        if label is not None:
-            groups.setdefault(label, []).append(summary)
-    aggregates = []
-    for label, runs in groups.items():
-        finals = np.array([r["final_accuracy"] for r in runs], dtype=float)
-        worst = np.array([r["final_worst_accuracy"] for r in runs], dtype=float)
-        times = [r["time_to_target_s"] for r in runs if r["time_to_target_s"] is not None]
-        km = kaplan_meier([r["time_to_target_s"] for r in runs], [r.get("time_s") for r in runs])
-        aggregates.append(
-            SeedAggregate(
-                label=label,
-                seeds=len(runs),
-                final_mean=float(finals.mean()),
-                final_std=float(finals.std()),
-                worst_mean=float(worst.mean()),
-                reached=len(times),
-                median_time_to_target_s=float(np.median(times)) if times else None,
-                km_median_time_to_target_s=km.median,
-                km_median_ci_s=km.median_ci,
-            )
-        )
-    return aggregates

@@ -1,5 +1,6 @@
-"""Seed statistics: censored time to target, mean curves with confidence bands, comparison tables
-and Pareto fronts over the runs of a seed sweep.
+"""Seed statistics: censored time to target, mean curves with confidence bands, comparison tables,
+aggregates over seeds and Pareto fronts over the runs of a seed sweep. Pure numbers: the figures
+drawn from them are in ``analysis.plots`` and ``analysis.pareto``.
 
 Time to target is censored: a run that never reached the target accuracy did not take "no time"
 and must not be dropped (that would favour the algorithms that fail on hard seeds); it only tells
@@ -31,20 +32,16 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 from scipy import stats as scipy_stats
 
-from analysis.energy import SPENT, has_energy
-from analysis.plots import BYTES_PER_MB, _colour, _save, _summaries_target
-from analysis.results import Run, group_seeds
+from analysis.results import Run, group_seeds, has_energy, summaries_target, without_seed
+from fedsim.results.files import ENERGY_SPENT
 
 CONFIDENCE = 0.95
-PARETO_FILE = "pareto.png"
-DIRECTIONS = ("uplink", "downlink", "d2d")
+DIRECTIONS = ("uplink", "downlink", "d2d")  # the byte counters: ``<direction>_bytes`` columns
+BYTES_PER_MB = 1e6
 
 
 def _two_sided(confidence: float) -> float:
@@ -277,7 +274,7 @@ def run_outcome(run: Run, target_accuracy: float | None) -> RunOutcome:
                 for d in DIRECTIONS
             }
             if has_energy(run):
-                spent = float(sum(run.columns[c][row] for c in SPENT))
+                spent = float(sum(run.columns[c][row] for c in ENERGY_SPENT))
     return RunOutcome(
         final_accuracy=final("final_accuracy", "accuracy"),
         final_worst_accuracy=final("final_worst_accuracy", "worst_accuracy"),
@@ -346,7 +343,7 @@ def compare_rows(
     for group in group_seeds(runs):
         target = target_accuracy
         if target is None:
-            target = _summaries_target(group.runs, f"no time to target for {group.label}")
+            target = summaries_target(group.runs, f"no time to target for {group.label}")
         outcomes = [run_outcome(run, target) for run in group.runs]
         reached = [o for o in outcomes if o.time_to_target_s is not None]
         final_mean, final_ci = _mean([o.final_accuracy for o in outcomes])
@@ -462,67 +459,52 @@ def pareto_front(costs: Sequence[float], gains: Sequence[float]) -> np.ndarray:
     return ~(no_worse & better).any(axis=1)
 
 
-def _pareto_panel(
-    ax: Axes, rows: Sequence[CompareRow], costs: Sequence[float | None], xlabel: str
-) -> None:
-    """One point per row that has a cost and a final accuracy, its colour its place in rows."""
-    shown = [
-        i for i, cost in enumerate(costs) if cost is not None and rows[i].final_mean is not None
-    ]
-    left_out = [row.label for i, row in enumerate(rows) if i not in shown]
-    x = np.array([costs[i] for i in shown], dtype=float)
-    y = np.array([100 * rows[i].final_mean for i in shown], dtype=float)
-    optimal = pareto_front(x, y)
-    order = np.argsort(x[optimal], kind="stable")
-    staircase = {"where": "post", "color": "black", "linewidth": 1, "alpha": 0.6}
-    ax.step(x[optimal][order], y[optimal][order], zorder=1, **staircase)
-    for i, xi, yi, best in zip(shown, x, y, optimal, strict=True):
-        row, colour = rows[i], _colour(i)
-        if row.final_ci is not None:
-            bar = {"color": colour, "alpha": 0.5, "linewidth": 1, "capsize": 2}
-            ax.errorbar(xi, yi, yerr=100 * row.final_ci, zorder=2, **bar)
-        face = colour if best else "white"
-        marker = {"marker": "o", "markersize": 8, "markeredgecolor": "black"}
-        ax.plot(xi, yi, linestyle="none", color=colour, markerfacecolor=face, zorder=3, **marker)
-        ax.annotate(row.label, (xi, yi), textcoords="offset points", xytext=(5, 4))
-    if left_out:
-        note = "not shown (KM median time to target not reached): " + ", ".join(left_out)
-        ax.text(0.01, 0.01, note, transform=ax.transAxes, fontsize="x-small", color="0.35")
-    ax.set_xlabel(xlabel)
-    ax.grid(True, alpha=0.3)
+# --- summaries over seeds -------------------------------------------------------------------
 
 
-def plot_pareto(
-    rows_or_runs: Sequence[CompareRow] | Sequence[Run],
-    out_path: Path,
-    target_accuracy: float | None = None,
-) -> Path:
-    """Final mean accuracy against the KM median time to target (left) and against the median
-    bytes to target, all directions together (right), one point per row of ``compare_rows``;
-    the Pareto-optimal points (no other point both cheaper and more accurate) are filled and
-    joined by the staircase of the best accuracy reachable at each cost; vertical bars are the
-    95% CI of the final accuracy. Rows whose KM median time to target is not reached (fewer
-    than about half of their seeds got there) are left out of both panels and named below."""
-    rows = list(rows_or_runs)
-    if rows and isinstance(rows[0], Run):
-        rows = compare_rows(rows, target_accuracy)
-    if not rows:
-        raise ValueError("no runs to plot")
-    figure = Figure(figsize=(12, 4.8), layout="constrained")
-    by_time, by_bytes = figure.subplots(1, 2, sharey=True)
-    times = [row.median_time_s for row in rows]
-    _pareto_panel(by_time, rows, times, "Time to target, KM median over seeds (s)")
-    megabytes = [  # the same points as on the left: bytes alone would flatter a rare success
-        None
-        if row.median_time_s is None or row.total_bytes_to_target is None
-        else row.total_bytes_to_target / BYTES_PER_MB
-        for row in rows
-    ]
-    _pareto_panel(by_bytes, rows, megabytes, "Bytes to target, median (MB, up + down + d2d)")
-    by_time.set_ylabel("Final test accuracy, mean over seeds (%)")
-    targets = {row.target_accuracy for row in rows if row.target_accuracy is not None}
-    title = "Pareto front: accuracy vs cost"
-    if len(targets) == 1:
-        title += f" (target {targets.pop():.0%}; filled: Pareto-optimal)"
-    figure.suptitle(title)
-    return _save(figure, out_path)
+@dataclass(frozen=True)
+class SeedAggregate:
+    """One run label's summaries over the seeds of a ``seed`` sweep: mean and spread, so a
+    ranking can be read without picking a lucky seed."""
+
+    label: str  # the run label without its ``seed=N`` part
+    seeds: int
+    final_mean: float
+    final_std: float  # population standard deviation over the seeds (0 for one seed)
+    worst_mean: float
+    reached: int  # seeds whose run reached the target accuracy
+    median_time_to_target_s: float | None  # over the seeds that reached it
+    # Kaplan–Meier median over all the seeds, a run that never reached the target censored at
+    # its last simulated time (``time_s``; at infinity when its summary lacks one), and the
+    # 95% CI of that median (None: not bounded); see ``kaplan_meier``
+    km_median_time_to_target_s: float | None = None
+    km_median_ci_s: tuple[float | None, float | None] = (None, None)
+
+
+def across_seeds(summaries: Sequence[dict]) -> list[SeedAggregate]:
+    """Group ``summary.json`` contents whose labels differ only in ``seed=N`` (first-seen order)."""
+    groups: dict[str, list[dict]] = {}
+    for summary in summaries:
+        label = without_seed(summary["algorithm"])
+        if label is not None:
+            groups.setdefault(label, []).append(summary)
+    aggregates = []
+    for label, runs in groups.items():
+        finals = np.array([r["final_accuracy"] for r in runs], dtype=float)
+        worst = np.array([r["final_worst_accuracy"] for r in runs], dtype=float)
+        times = [r["time_to_target_s"] for r in runs if r["time_to_target_s"] is not None]
+        km = kaplan_meier([r["time_to_target_s"] for r in runs], [r.get("time_s") for r in runs])
+        aggregates.append(
+            SeedAggregate(
+                label=label,
+                seeds=len(runs),
+                final_mean=float(finals.mean()),
+                final_std=float(finals.std()),
+                worst_mean=float(worst.mean()),
+                reached=len(times),
+                median_time_to_target_s=float(np.median(times)) if times else None,
+                km_median_time_to_target_s=km.median,
+                km_median_ci_s=km.median_ci,
+            )
+        )
+    return aggregates

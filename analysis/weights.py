@@ -26,11 +26,10 @@ from matplotlib.image import AxesImage
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from analysis.plots import _colour, _save
+from analysis import style
 from analysis.results import read_columns
+from fedsim.results.files import CLIENT_COLUMNS, CLIENTS_FILE, COLLABORATION_FILE
 
-COLLABORATION_FILE = "collaboration.npz"
-CLIENTS_FILE = "clients.csv"
 COLLABORATION_PLOT = "collaboration.png"
 EVOLUTION_PLOT = "collaboration_evolution.png"
 TRAJECTORIES_PLOT = "collaboration_trajectories.png"
@@ -78,7 +77,7 @@ def _groups_from_clients_csv(run_dir: Path, clients: np.ndarray) -> np.ndarray |
     path = run_dir / CLIENTS_FILE
     if not path.is_file():
         return None
-    table = read_columns(path, ("client", "group"))
+    table = read_columns(path, CLIENT_COLUMNS)
     known = np.isfinite(table["client"]) & np.isfinite(table["group"])
     ids, groups = table["client"][known].astype(int), table["group"][known].astype(int)
     lookup = dict(zip(ids, groups, strict=True))
@@ -208,7 +207,7 @@ def _order(collab: Collaboration) -> np.ndarray:
 
 
 def _group_colour(group: int) -> tuple[float, ...] | str:
-    return _colour(group) if group >= 0 else _NO_GROUP_COLOUR
+    return style.colour(group) if group >= 0 else _NO_GROUP_COLOUR
 
 
 def _shown(matrix: np.ndarray, order: np.ndarray, mask_diagonal: bool) -> np.ndarray:
@@ -292,7 +291,7 @@ def plot_collaboration(
         f"{collab.label}: collaboration weights\n{_mass_text(collab.weights, collab.groups)}",
         fontsize="medium",
     )
-    return _save(figure, out_path)
+    return style.save(figure, out_path)
 
 
 def snapshot_indices(count: int, most: int = MAX_SNAPSHOTS) -> np.ndarray:
@@ -335,15 +334,15 @@ def plot_collaboration_evolution(
     ax = figure.add_subplot(grid[1, :])
     masses = np.array([own_group_mass(h, collab.groups) for h in history])
     if np.isfinite(masses).any():
-        style = {"marker": "o", "markersize": 3} if len(history) == 1 else {}
-        ax.plot(times, [_mean(m) for m in masses], color=_colour(0), label="mean", **style)
+        points = style.lone_point_style(len(history))
+        ax.plot(times, [_mean(m) for m in masses], color=style.colour(0), label="mean", **points)
         ax.plot(
             times,
             [_lowest(m) for m in masses],
-            color=_colour(0),
+            color=style.colour(0),
             linestyle=":",
             label="lowest client",
-            **style,
+            **points,
         )
         ax.plot(
             times,
@@ -377,7 +376,7 @@ def plot_collaboration_evolution(
     ax.set_ylabel("Own-group mass")
     ax.grid(True, alpha=0.3)
     figure.suptitle(f"{collab.label}: collaboration weights over the run")
-    return _save(figure, out_path)
+    return style.save(figure, out_path)
 
 
 def plot_weight_trajectories(run_dir: Path | Collaboration, out_path: Path) -> Path:
@@ -397,7 +396,7 @@ def plot_weight_trajectories(run_dir: Path | Collaboration, out_path: Path) -> P
     axes = figure.subplots(
         rows, columns, sharex=True, sharey=True, squeeze=False, gridspec_kw={"hspace": 0.35}
     ).ravel()
-    style = {"marker": "o", "markersize": 3} if len(history) == 1 else {}
+    points = style.lone_point_style(len(history))
     for ax, i in zip(axes, order, strict=False):
         for j in order:
             if j != i:
@@ -407,7 +406,7 @@ def plot_weight_trajectories(run_dir: Path | Collaboration, out_path: Path) -> P
                     color=_group_colour(groups[j]),
                     linewidth=1,
                     alpha=0.85,
-                    **style,
+                    **points,
                 )
         group = f", group {groups[i]}" if groups[i] >= 0 else ""
         ax.set_title(
@@ -433,14 +432,7 @@ def plot_weight_trajectories(run_dir: Path | Collaboration, out_path: Path) -> P
         title="weight on a client of",
     )
     figure.suptitle(f"{collab.label}: each client's weight on the others")
-    return _save(figure, out_path)
-
-
-def _up_to_date(out_path: Path, inputs: list[Path]) -> bool:
-    if not out_path.is_file():
-        return False
-    written = out_path.stat().st_mtime
-    return all(written >= p.stat().st_mtime for p in inputs if p.is_file())
+    return style.save(figure, out_path)
 
 
 def plot_collaboration_figures(
@@ -463,5 +455,5 @@ def plot_collaboration_figures(
     return [
         plot(collab, out_dir / name)
         for name, plot in wanted
-        if not (only_if_stale and _up_to_date(out_dir / name, inputs))
+        if not (only_if_stale and style.up_to_date(out_dir / name, inputs))
     ]

@@ -140,7 +140,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _print_across_seeds(summaries: list[dict]) -> None:
-    from analysis.results import across_seeds
+    from analysis.stats import across_seeds
 
     aggregates = across_seeds(summaries)
     if aggregates:

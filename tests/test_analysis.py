@@ -18,7 +18,8 @@ from analysis import (
     plot_time_to_accuracy,
     time_to_target,
 )
-from analysis.results import METRIC_COLUMNS, across_seeds
+from analysis.results import METRIC_COLUMNS
+from analysis.stats import across_seeds
 
 HEADER = ",".join(METRIC_COLUMNS)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -33,7 +34,7 @@ def _rows(evaluations: int, bytes_per_round: int = 40_000, speed: float = 1.0) -
         rows.append(
             f"{10.0 * i:.1f},{i},{accuracy:.4f},{worst:.4f},{accuracy - 0.1:.4f},"
             f"{accuracy:.4f},{accuracy + 0.05:.4f},{2.0 / (i + 1):.4f},"
-            f"{bytes_per_round * i},{2 * bytes_per_round * i},{5 if i else 0}"
+            f"{bytes_per_round * i},{2 * bytes_per_round * i},0,0,{5 if i else 0}"
         )
     return rows
 
@@ -101,7 +102,7 @@ def test_load_run_rejects_malformed_row_in_the_middle(tmp_path: Path) -> None:
 
 
 def test_load_run_reads_empty_train_loss_as_nan(tmp_path: Path) -> None:
-    row = "5.0,1,0.5,0.3,0.4,0.5,0.6,,1000,2000,3"
+    row = "5.0,1,0.5,0.3,0.4,0.5,0.6,,1000,2000,0,0,3"
     run = load_run(_write_run(tmp_path / "fedavg", [row]))
     assert math.isnan(run.columns["train_loss"][0])
     assert run.columns["participants"][0] == 3
@@ -227,7 +228,7 @@ def test_plot_runs_uses_the_summaries_target(
         targets.append(target_accuracy)
         return out_path
 
-    monkeypatch.setattr("analysis.plots.plot_time_to_accuracy", record)
+    monkeypatch.setattr("analysis.figures.plot_time_to_accuracy", record)
     runs = _comparison_runs(tmp_path)
     plot_runs(runs, tmp_path / "out")
     plot_runs(runs, tmp_path / "out", target_accuracy=0.6)
@@ -239,7 +240,7 @@ def test_plot_runs_draws_no_target_when_summaries_disagree(
 ) -> None:
     targets: list[float | None] = []
     monkeypatch.setattr(
-        "analysis.plots.plot_time_to_accuracy",
+        "analysis.figures.plot_time_to_accuracy",
         lambda runs, out_path, target_accuracy=None: targets.append(target_accuracy) or out_path,
     )
     _write_run(tmp_path / "a" / "fedavg", _rows(3), _summary("fedavg", target=0.8))

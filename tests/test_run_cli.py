@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-import analysis.plots
+import analysis.style
 import fedsim.runner
 from fedsim import __version__
 from fedsim.cli import THREADS_ENV_VAR, main
@@ -86,7 +86,7 @@ def test_an_interrupted_scenario_redraws_its_plots_with_the_cut_run_marked(
     plot_runs = fedsim.runner.plot_runs
 
     def record(runs, out_dir, target_accuracy=None):
-        drawn.append([analysis.plots._name(run) for run in runs])
+        drawn.append([analysis.style.run_name(run) for run in runs])
         return plot_runs(runs, out_dir, target_accuracy)
 
     monkeypatch.setattr(Recorder, "log_evaluation", cut_after_two)

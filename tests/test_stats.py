@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-import analysis.plots
+import analysis.style
 from analysis import compare_rows, find_runs, format_table, kaplan_meier, mean_curve, plot_runs
-from analysis.results import across_seeds
-from analysis.stats import CSV_COLUMNS, pareto_front, plot_pareto
+from analysis.pareto import plot_pareto
+from analysis.stats import CSV_COLUMNS, across_seeds, pareto_front
 from fedsim.cli import _print_across_seeds, main
 from fedsim.results.files import ENERGY_COLUMNS, ENERGY_TOTALS, METRICS_COLUMNS
 
@@ -362,14 +362,13 @@ def test_pareto_front_by_hand() -> None:
 
 def test_plot_runs_draws_seed_means_bands_and_a_pareto_front(tmp_path: Path, monkeypatch) -> None:
     figures: list[Figure] = []
-    save = analysis.plots._save
+    save = analysis.style.save
 
     def keep(figure: Figure, out_path: Path) -> Path:
         figures.append(figure)
         return save(figure, out_path)
 
-    monkeypatch.setattr("analysis.plots._save", keep)
-    monkeypatch.setattr("analysis.stats._save", keep)
+    monkeypatch.setattr("analysis.style.save", keep)
     paths = plot_runs(find_runs([_sweep(tmp_path)]), tmp_path / "out")
     names = [path.name for path in paths]
     assert names[:3] == ["time_to_accuracy.png", "accuracy_vs_bytes.png", "pareto.png"]
