@@ -135,8 +135,7 @@ def stacked_fedavg(world, config):
     round closes, then the stack of them is averaged (the baseline of ``fedavg_round``)."""
     import torch
 
-    from fedsim.algorithms._sync import gather_updates
-    from fedsim.algorithms.fedavg import client_update
+    from fedsim.algorithms._sync import client_update, gather_updates
 
     params = world.initial_params()
     for round_index in world.rounds():

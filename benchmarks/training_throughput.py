@@ -22,7 +22,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks._common import base_parser, set_threads, table, timed, write_results
 from fedsim.learn.models import build_model
-from fedsim.learn.trainer import OptimizerSpec, Trainer
+from fedsim.learn.optimizers import OptimizerSpec
+from fedsim.learn.trainer import Trainer
 
 INPUT_SHAPE = (1, 28, 28)  # Fashion-MNIST
 NUM_CLASSES = 10

@@ -19,7 +19,6 @@ from fedsim.learn.data import FederatedDataset
 from fedsim.learn.trainer import Trainer
 from fedsim.results.files import BREAKDOWN
 from fedsim.results.recorder import Recorder
-from fedsim.sim.compute import harmonic_number
 from fedsim.world import World
 from fedsim.world.network import rate_distribution
 
@@ -158,7 +157,7 @@ def closed_form_round_s(
             return None
         t_dl *= m
     t_ul = link.latency_s + 8 * payload / link.uplink_bps
-    expected_compute_s = compute.t_min_s + harmonic_number(m) * compute.mean_extra_s
+    expected_compute_s = world.devices.compute_model.base.expected_max_s(m)
     medium = system.network.uplink_medium
     if medium == "parallel":
         return t_dl + expected_compute_s + t_ul

@@ -16,13 +16,16 @@ from pathlib import Path
 
 from fedsim import __version__
 from fedsim.config import (
-    DATA_ENV_VAR,
+    ALGORITHM_NAMES,
     Scenario,
     ScenarioError,
+    algorithm_model,
     data_root_problem,
     load_scenario,
     parse_scenario,
 )
+from fedsim.results.files import COLLABORATION_FILE
+from fedsim.sim.event_check import check_events, format_report
 
 EXIT_BAD_INPUT = 2
 THREADS_ENV_VAR = "FEDSIM_THREADS"
@@ -55,6 +58,8 @@ def _validate(args: argparse.Namespace) -> int:
 def _data_problems(scenario: Scenario, with_files: bool) -> list[str]:
     """A data folder the user named must exist; ``with_files``: the dataset files each run
     reads must be under the resolved root too (validate never downloads)."""
+    if with_files:
+        from fedsim.runner import missing_data  # torch: only when the files are asked for
     problems: list[str] = []
     for variant in scenario.variants():  # a sweep may change the dataset or its root
         dataset = variant.dataset
@@ -63,29 +68,10 @@ def _data_problems(scenario: Scenario, with_files: bool) -> list[str]:
         root = dataset.resolved_root()
         problem = data_root_problem(root)
         if problem is None and with_files:
-            problem = _missing_data(variant, root)
+            problem = missing_data(variant, root)
         if problem is not None and problem not in problems:
             problems.append(problem)
     return problems
-
-
-def _missing_data(scenario: Scenario, root: Path) -> str | None:
-    from fedsim.learn.data import missing_files  # torch: only when the files are asked for
-
-    dataset = scenario.dataset
-    needs_test = any(a.name == "perfed_ckt" for a in scenario.algorithms)  # its public set
-    splits = ("train", "test") if needs_test else ("train",)
-    missing = [path for split in splits for path in missing_files(dataset.name, root, split)]
-    if not missing:
-        return None
-    if dataset.root is not None:
-        chosen_by = "dataset.root"
-    elif os.environ.get(DATA_ENV_VAR):
-        chosen_by = DATA_ENV_VAR
-    else:
-        chosen_by = f"dataset.root (unset, and ${DATA_ENV_VAR} too: the default ./data)"
-    fetch = "a run would download them" if dataset.download else "dataset.download is false"
-    return f"{chosen_by}: no {dataset.name} files under {root}: {missing[0]} is missing ({fetch})"
 
 
 def _with_threads(scenario: Scenario, args: argparse.Namespace) -> Scenario:
@@ -140,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _print_across_seeds(summaries: list[dict]) -> None:
-    from analysis.stats import across_seeds
+    from analysis.stats import across_seeds  # matplotlib (analysis): only after a run
 
     aggregates = across_seeds(summaries)
     if aggregates:
@@ -175,8 +161,8 @@ def _summary_line(summary: dict) -> str:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from fedsim.budget import budget_algorithm, format_budgets
-    from fedsim.runner import build_dataset, build_trainers, select_algorithms
+    from fedsim.budget import budget_algorithm, format_budgets  # torch: only for a budget
+    from fedsim.runner import build_dataset, build_trainers, select_algorithms  # torch
 
     if args.json is not None and not args.json.parent.is_dir():
         raise ScenarioError("--json", [f"--json: no folder {args.json.parent} to write into"])
@@ -204,8 +190,6 @@ def _budget(args: argparse.Namespace) -> int:
 
 
 def _check_events(args: argparse.Namespace) -> int:
-    from fedsim.sim.events import check_events, format_report
-
     status = 0
     for path in args.files:
         if not path.is_file():
@@ -220,8 +204,8 @@ def _check_events(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     """Comparison plots into --out (default: the one folder given, else here), and each run's
     collaboration figures into its own folder (under --out, in a folder per run label)."""
-    from analysis import find_runs, plot_runs
-    from analysis.weights import COLLABORATION_FILE, plot_collaboration_figures
+    from analysis import find_runs, plot_runs  # matplotlib: only to draw
+    from analysis.weights import plot_collaboration_figures  # matplotlib: only to draw
 
     try:
         runs = find_runs(args.dirs)
@@ -250,8 +234,6 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _algorithms(args: argparse.Namespace) -> int:
     """Every algorithm name with what it is and its options: type, default, description."""
-    from fedsim.config import ALGORITHM_NAMES, algorithm_model
-
     for name in ALGORITHM_NAMES:
         model = algorithm_model(name)
         defaults = model.model_validate({"name": name}).model_dump(mode="json")
@@ -278,7 +260,7 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
 def _compare(args: argparse.Namespace) -> int:
     """One row per run label over its seeds (Kaplan–Meier time to target, 95% CIs), printed or
     written to --out."""
-    from analysis import compare_rows, find_runs, format_table
+    from analysis import compare_rows, find_runs, format_table  # matplotlib (analysis)
 
     try:
         table = format_table(compare_rows(find_runs(args.dirs)), args.format)

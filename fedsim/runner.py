@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -10,15 +11,19 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from analysis import find_runs, plot_active_clients, plot_runs
-from analysis.asynchrony import ASYNC_FILE, plot_async
-from analysis.radio import CHANNEL_FILE, CHANNEL_PLOT, plot_channel
-from analysis.weights import COLLABORATION_FILE, plot_collaboration_figures
 from fedsim.algorithms import ALGORITHMS
-from fedsim.config import AlgorithmConfig, Scenario, ScenarioError
-from fedsim.learn.data import FederatedDataset, build_federated_dataset, count_shards, pool_size
+from fedsim.config import DATA_ENV_VAR, AlgorithmConfig, Scenario, ScenarioError
+from fedsim.learn.data import (
+    FederatedDataset,
+    build_federated_dataset,
+    count_shards,
+    missing_files,
+    pool_size,
+)
+from fedsim.learn.execution import configure_threads
 from fedsim.learn.models import build_model
-from fedsim.learn.trainer import OptimizerSpec, Trainer, configure_threads
+from fedsim.learn.optimizers import OptimizerSpec
+from fedsim.learn.trainer import Trainer
 from fedsim.results.recorder import Recorder
 from fedsim.streams import RandomStreams
 from fedsim.world import World
@@ -124,36 +129,29 @@ def select_algorithms(scenario: Scenario, only: Sequence[str] | None) -> list[Al
     ]
 
 
+def missing_data(scenario: Scenario, root: Path) -> str | None:
+    """Why the dataset files a run of the scenario reads are not under ``root`` (naming who
+    chose the root), or None when they are all there."""
+    dataset = scenario.dataset
+    needs_test = any(a.name == "perfed_ckt" for a in scenario.algorithms)  # its public set
+    splits = ("train", "test") if needs_test else ("train",)
+    missing = [path for split in splits for path in missing_files(dataset.name, root, split)]
+    if not missing:
+        return None
+    if dataset.root is not None:
+        chosen_by = "dataset.root"
+    elif os.environ.get(DATA_ENV_VAR):
+        chosen_by = DATA_ENV_VAR
+    else:
+        chosen_by = f"dataset.root (unset, and ${DATA_ENV_VAR} too: the default ./data)"
+    fetch = "a run would download them" if dataset.download else "dataset.download is false"
+    return f"{chosen_by}: no {dataset.name} files under {root}: {missing[0]} is missing ({fetch})"
+
+
 def churn_times_s(scenario: Scenario) -> list[float]:
     """Times of the scheduled arrivals and departures (the moments to measure recovery at)."""
     clients = scenario.clients
     return sorted({c.time_s for c in (*clients.arrivals.schedule, *clients.departures.schedule)})
-
-
-def plot_results(scenario: Scenario, results_dir: Path, labels: Sequence[str]) -> None:
-    """Comparison plots of the runs finished so far (and active clients under churn), and in
-    each run folder with collaboration weights the figures of those not yet drawn."""
-    done = [
-        results_dir / label for label in labels if (results_dir / label / "metrics.csv").exists()
-    ]
-    if not done:
-        return
-    plot_runs(find_runs(done), results_dir, scenario.evaluation.target_accuracy)
-    asynchronous = [(d.name, d) for d in done if (d / ASYNC_FILE).exists()]
-    if asynchronous:
-        plot_async(asynchronous, results_dir / "asynchrony.png")
-    if scenario.clients.can_drop_out or scenario.clients.arrivals.reserve:
-        plot_active_clients(
-            [(d.name, d) for d in done], results_dir / "active_clients.png", churn_times_s(scenario)
-        )
-    for run_dir in done:
-        if (run_dir / COLLABORATION_FILE).exists():
-            plot_collaboration_figures(run_dir, only_if_stale=True)
-        channel_csv, channel_png = run_dir / CHANNEL_FILE, run_dir / CHANNEL_PLOT
-        if channel_csv.exists() and not (
-            channel_png.exists() and channel_png.stat().st_mtime >= channel_csv.stat().st_mtime
-        ):
-            plot_channel(run_dir)
 
 
 def run_algorithm(

@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,12 +24,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from analysis.figures import plot_results
 from fedsim.config import AlgorithmConfig, Scenario, ScenarioError, parse_scenario
-from fedsim.learn.trainer import configure_threads
+from fedsim.learn.execution import configure_threads
 from fedsim.runner import (
     build_dataset,
     build_trainers,
-    plot_results,
+    churn_times_s,
     run_algorithm,
     select_algorithms,
 )
@@ -103,7 +105,7 @@ def run_study(
 
     def finished(label: str) -> None:
         display.done(label)
-        plot_results(scenario, results_dir, labels)
+        draw_figures(scenario, results_dir, labels)
 
     threads = torch.get_num_threads()  # a run sets its own; the caller's comes back after
     try:
@@ -116,8 +118,21 @@ def run_study(
     finally:
         display.close()
         configure_threads(threads)
-        plot_results(scenario, results_dir, labels)  # what was measured, cut runs marked
+        draw_figures(scenario, results_dir, labels)  # what was measured, cut runs marked
     return results_dir
+
+
+def draw_figures(scenario: Scenario, results_dir: Path, labels: Sequence[str]) -> None:
+    """The scenario's figures from the runs finished so far: comparisons, asynchrony, active
+    clients when the population changes, and each run's collaboration and channel figures."""
+    clients = scenario.clients
+    churn = clients.can_drop_out or clients.arrivals.reserve
+    plot_results(
+        results_dir,
+        labels,
+        target_accuracy=scenario.evaluation.target_accuracy,
+        event_times_s=churn_times_s(scenario) if churn else None,
+    )
 
 
 # --- in this process ---
@@ -216,7 +231,7 @@ def _on_ray(
     runs into a folder of its own and returns its files, which the driver writes here: the
     cluster's nodes need no shared file system."""
     try:
-        import ray
+        import ray  # optional: the ray extra
     except ImportError:
         raise ScenarioError("--ray", [f"--ray: Ray is not installed ({RAY_EXTRA})"]) from None
     started_here = not ray.is_initialized()
@@ -245,8 +260,6 @@ def _on_ray(
 
 def _ray_task(payload: tuple[dict, str]) -> dict[str, bytes]:
     """On a Ray worker: run the job into a temporary results root; return its folder's files."""
-    import tempfile
-
     data, label = payload
     with tempfile.TemporaryDirectory() as root:
         data = {**data, "output": {**data["output"], "dir": root}}

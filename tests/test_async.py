@@ -12,7 +12,7 @@ import torch
 from fedsim.algorithms import ALGORITHMS
 from fedsim.algorithms._async import staleness_weight
 from fedsim.config import FedAsyncConfig
-from fedsim.sim.events import check_events
+from fedsim.sim.event_check import check_events
 from fedsim.world import World
 from tests.conftest import tiny_scenario
 from tests.test_fedavg_world import make_world, read_metrics, run_world

@@ -12,7 +12,7 @@ import pytest
 
 from fedsim.algorithms import ALGORITHMS
 from fedsim.config import ScenarioError, parse_scenario
-from fedsim.sim.events import check_events
+from fedsim.sim.event_check import check_events
 from fedsim.world import World
 from tests.conftest import requires_real_data, tiny_scenario
 from tests.test_fedavg_world import make_world, read_metrics, run_world

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedsim.algorithms import cfl, fedfomo
-from fedsim.sim.events import check_events
+from fedsim.sim.event_check import check_events
 from tests.conftest import requires_real_data, tiny_scenario
 from tests.test_fedavg_world import MLP_32_PARAMS, make_world, read_metrics, run_world
 from tests.test_system_model import CHURN, budgets

@@ -12,7 +12,7 @@ import simpy
 
 from fedsim.cli import main
 from fedsim.config import parse_scenario
-from fedsim.sim.events import check_events
+from fedsim.sim.event_check import check_events
 from fedsim.sim.readers import read_availability, read_device_profiles
 from fedsim.sim.traces import replay_availability
 from fedsim.study import run_scenario

@@ -12,7 +12,7 @@ import pytest
 
 from fedsim.config import ScenarioError, parse_scenario
 from fedsim.results.files import METRICS_COLUMNS
-from fedsim.sim.events import check_events
+from fedsim.sim.event_check import check_events
 from fedsim.study import run_scenario
 from tests.conftest import tiny_scenario
 from tests.test_fedavg_world import MLP_32_PARAMS, read_metrics

@@ -10,7 +10,8 @@ from torch import nn
 
 from fedsim.config import ScenarioError, parse_scenario
 from fedsim.learn.models import build_model
-from fedsim.learn.trainer import OptimizerSpec, Trainer
+from fedsim.learn.optimizers import OptimizerSpec
+from fedsim.learn.trainer import Trainer
 from fedsim.runner import build_dataset, build_trainers
 from tests.conftest import tiny_scenario
 from tests.test_fedavg_world import deterministic_compute, make_world, read_metrics, run_world

@@ -10,14 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsim.sim.events import (
-    FLUSH_EVERY_LINES,
-    CheckReport,
-    EventLog,
-    check_event_records,
-    check_events,
-    format_report,
-)
+from fedsim.sim.event_check import CheckReport, check_event_records, check_events, format_report
+from fedsim.sim.events import FLUSH_EVERY_LINES, EventLog
 
 
 class Clock:

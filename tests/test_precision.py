@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from fedsim.config import ScenarioError, parse_scenario
+from fedsim.learn.execution import uses_channels_last
 from fedsim.learn.models import build_model
-from fedsim.learn.trainer import OptimizerSpec, Trainer, _LossScaler, uses_channels_last
+from fedsim.learn.optimizers import LossScaler, OptimizerSpec
+from fedsim.learn.trainer import Trainer
 from fedsim.study import run_scenario
 from tests.conftest import tiny_scenario
 from tests.test_fedavg_world import read_metrics
@@ -97,7 +99,7 @@ def test_fp16_is_refused_off_cuda(tmp_path):
 
 
 def test_the_loss_scaler_skips_overflowing_steps_and_grows_after_good_ones():
-    scaler = _LossScaler(scale=8.0, growth_interval=2)
+    scaler = LossScaler(scale=8.0, growth_interval=2)
     g = torch.tensor([8.0, -16.0])
     assert scaler.unscale(g) and g.tolist() == [1.0, -2.0]
     assert not scaler.unscale(torch.tensor([float("inf"), 0.0]))

@@ -19,7 +19,8 @@ from fedsim.budget import budget_algorithm, format_budgets
 from fedsim.cli import main
 from fedsim.config import ScenarioError, parse_scenario
 from fedsim.runner import build_dataset, build_trainers
-from fedsim.sim.events import EventLog, check_events
+from fedsim.sim.event_check import check_events
+from fedsim.sim.events import EventLog
 from fedsim.sim.network import Network, TransmissionLost
 from fedsim.sim.radio import (
     UPLINK,

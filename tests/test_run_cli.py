@@ -8,8 +8,8 @@ import pytest
 import torch
 import yaml
 
+import analysis.figures
 import analysis.style
-import fedsim.runner
 from fedsim import __version__
 from fedsim.cli import THREADS_ENV_VAR, main
 from fedsim.results.recorder import Recorder
@@ -83,14 +83,14 @@ def test_an_interrupted_scenario_redraws_its_plots_with_the_cut_run_marked(
         return row
 
     drawn: list[list[str]] = []
-    plot_runs = fedsim.runner.plot_runs
+    plot_runs = analysis.figures.plot_runs
 
     def record(runs, out_dir, target_accuracy=None):
         drawn.append([analysis.style.run_name(run) for run in runs])
         return plot_runs(runs, out_dir, target_accuracy)
 
     monkeypatch.setattr(Recorder, "log_evaluation", cut_after_two)
-    monkeypatch.setattr(fedsim.runner, "plot_runs", record)
+    monkeypatch.setattr(analysis.figures, "plot_runs", record)
     assert main(["run", str(path), "--quiet"]) == 130
     assert "interrupted" in capsys.readouterr().err
     assert drawn == [["local"], ["local", "fedavg (incomplete)"]]

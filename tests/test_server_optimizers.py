@@ -9,8 +9,9 @@ import torch
 
 from fedsim.learn.aggregate import RunningAverage, weighted_average
 from fedsim.learn.models import build_model
+from fedsim.learn.optimizers import OptimizerSpec
 from fedsim.learn.server_optimizers import ServerOptimizer, ServerOptimizerSpec
-from fedsim.learn.trainer import OptimizerSpec, Trainer
+from fedsim.learn.trainer import Trainer
 
 
 def two_rounds(spec: ServerOptimizerSpec, x0: list[float], averages: list[list[float]]):

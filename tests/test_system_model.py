@@ -16,7 +16,7 @@ from fedsim.budget import budget_algorithm
 from fedsim.config import parse_scenario
 from fedsim.runner import build_dataset, build_trainers
 from fedsim.sim.compute import device_speeds
-from fedsim.sim.events import check_events
+from fedsim.sim.event_check import check_events
 from fedsim.study import run_scenario
 from tests.conftest import REPO, tiny_scenario
 from tests.test_fedavg_world import MLP_32_PARAMS, read_metrics

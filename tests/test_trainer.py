@@ -12,7 +12,8 @@ from torch.nn.utils import parameters_to_vector
 
 from fedsim.learn.data import FederatedDataset, build_federated_dataset
 from fedsim.learn.models import build_model
-from fedsim.learn.trainer import OptimizerSpec, Trainer
+from fedsim.learn.optimizers import OptimizerSpec
+from fedsim.learn.trainer import Trainer
 from tests.conftest import DATA_ROOT, requires_real_data
 
 SHAPE = (1, 28, 28)

@@ -6,7 +6,8 @@ only where their papers do. ``ServerModels`` holds a server's models (one, or on
 or cluster for Oracle and IFCA): each kept update is folded into its model's running average
 the moment it arrives (a round holds one sum per model, not every upload), and at the end
 of the round each model takes a step of its own server optimizer (FedOpt; plain averaging
-by default).
+by default). ``client_update`` is FedAvg's client (receive, train, upload), which FedAvg+FT,
+Oracle and UCFL's pipelined rounds use as it is.
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ def fedavg_server(
         kept = yield from gather_updates(world, config, bodies, take=take)
         global_params = server.step()[0]
         world.end_round(round_index, evaluated(round_index, global_params), participants=len(kept))
+
+
+def client_update(
+    world: World, client: int, params: torch.Tensor, model_arrived: simpy.Event
+) -> Generator[simpy.Event, object, TrainResult]:
+    """One client's part of a round: receive, train (taking its compute time), upload."""
+    yield model_arrived
+    result = yield from world.train(client, params)
+    yield from world.upload(client, result.params)
+    return result
 
 
 def gather_updates(

@@ -20,11 +20,9 @@ from collections.abc import Generator
 from functools import partial
 
 import simpy
-import torch
 
-from fedsim.algorithms._sync import fedavg_server
+from fedsim.algorithms._sync import client_update, fedavg_server
 from fedsim.config import FedAvgConfig
-from fedsim.learn.trainer import TrainResult
 from fedsim.world import World
 
 
@@ -32,13 +30,3 @@ def run(world: World, config: FedAvgConfig) -> Generator[simpy.Event, object, No
     """The round itself (select, broadcast, gather under the policy, average by sample
     count) is ``fedavg_server``, which the FedAvg-family baselines share."""
     yield from fedavg_server(world, config, partial(client_update, world))
-
-
-def client_update(
-    world: World, client: int, params: torch.Tensor, model_arrived: simpy.Event
-) -> Generator[simpy.Event, object, TrainResult]:
-    """One client's part of a round: receive, train (taking its compute time), upload."""
-    yield model_arrived
-    result = yield from world.train(client, params)
-    yield from world.upload(client, result.params)
-    return result

@@ -16,8 +16,7 @@ from functools import partial
 import simpy
 import torch
 
-from fedsim.algorithms import fedavg
-from fedsim.algorithms._sync import LazyModels, fedavg_server
+from fedsim.algorithms._sync import LazyModels, client_update, fedavg_server
 from fedsim.config import FedAvgFTConfig
 from fedsim.world import World
 
@@ -33,7 +32,7 @@ def run(world: World, config: FedAvgFTConfig) -> Generator[simpy.Event, object, 
         )
         return LazyModels(world, tune)
 
-    yield from fedavg_server(world, config, partial(fedavg.client_update, world), fine_tuned)
+    yield from fedavg_server(world, config, partial(client_update, world), fine_tuned)
 
 
 def fine_tune(

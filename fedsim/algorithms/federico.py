@@ -68,7 +68,8 @@ from fedsim.algorithms._decentralized import (
 )
 from fedsim.algorithms._sync import LazyModels
 from fedsim.config import FedericoConfig
-from fedsim.learn.trainer import Ensemble, make_optimizer
+from fedsim.learn.optimizers import make_optimizer
+from fedsim.learn.trainer import Ensemble
 from fedsim.world import World
 
 FORWARD_SHARE = 1 / 3  # compute of a forward pass relative to a training step's, per sample

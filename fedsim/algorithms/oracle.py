@@ -16,8 +16,7 @@ from collections.abc import Generator
 
 import simpy
 
-from fedsim.algorithms._sync import LazyModels, ServerModels, gather_updates
-from fedsim.algorithms.fedavg import client_update
+from fedsim.algorithms._sync import LazyModels, ServerModels, client_update, gather_updates
 from fedsim.config import OracleConfig
 from fedsim.learn.trainer import TrainResult
 from fedsim.world import World

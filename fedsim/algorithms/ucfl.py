@@ -45,14 +45,12 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms._sync import Barrier, gather_updates
-from fedsim.algorithms.fedavg import client_update
+from fedsim.algorithms._sync import Barrier, client_update, gather_updates
 from fedsim.config import UcflConfig
 from fedsim.learn.aggregate import RunningAverage
 from fedsim.learn.clustering import kmeans, silhouette
 from fedsim.learn.trainer import TrainResult
 from fedsim.results.files import COLLABORATION_FILE
-from fedsim.sim.compute import expected_max_completion_s
 from fedsim.world import World
 
 SIGMA_FLOOR = 1e-12  # sigma_i^2 = 0 (a client whose batches all equal its data) would divide by 0
@@ -265,15 +263,12 @@ def expected_round_s(
             turns.append(copies)
     uplink_s = np.array([network.uplink_time_s(c, model_bytes) for c in clients])
     scales = [world.compute_scale(c) for c in clients]
-    base = world.devices.compute_model.base
     if timing == "barrier":
-        compute_s = expected_max_completion_s(
-            np.zeros(len(clients)), scales, base.t_min_s, base.mean_extra_s
-        )
+        compute_s = world.devices.expected_max_completion_s(np.zeros(len(clients)), scales)
         tdma = world.scenario.system.network.uplink_medium == "tdma"
         return sent_s + compute_s + float(uplink_s.sum() if tdma else uplink_s.max())
     offsets_s = [arrival_s[c] + u for c, u in zip(clients, uplink_s, strict=True)]
-    return expected_max_completion_s(offsets_s, scales, base.t_min_s, base.mean_extra_s)
+    return world.devices.expected_max_completion_s(offsets_s, scales)
 
 
 def round_time_is_exact(world: World, config: UcflConfig) -> bool:

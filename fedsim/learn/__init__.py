@@ -14,8 +14,10 @@ from fedsim.learn.data import (
     partition_iid,
     partition_label_groups,
 )
+from fedsim.learn.execution import configure_threads
 from fedsim.learn.models import MODEL_NAMES, build_model
-from fedsim.learn.trainer import EvalResult, OptimizerSpec, Trainer, TrainResult, configure_threads
+from fedsim.learn.optimizers import OptimizerSpec
+from fedsim.learn.trainer import EvalResult, Trainer, TrainResult
 
 __all__ = [
     "DATASET_NAMES",

@@ -9,28 +9,9 @@ vs 17.3-17.9 with ``torch.func.functional_call`` on a flat leaf; the 200-200 mlp
 0.87-0.92 (functional_call re-binds every parameter per call, and the backward through the
 split of the flat leaf costs an extra concat).
 
-Several clients of one architecture (``train_many``, ``evaluate_each``) run either as a loop
-of the above or vectorized: ``torch.func.vmap`` of ``grad_and_value`` of a
-``functional_call`` over per-layer stacks (clients, *shape), lockstep steps with partial
-batches padded and masked. Measured on the same shared 2-core CPU, in one process,
-interleaved, SGD with momentum, batch 32, 28x28 inputs, clients of 240 samples, one epoch;
-ms per client-step (best of 3-7), loop vs vmap, and the median ratio of paired runs:
-
-- 1 thread: mlp 200-200 (20 clients) 1.05-1.84 vs 1.16-1.97, ratio 0.85-1.13 over four
-  sessions (a wash: bmm is no faster than the loop's mm, and the stacked optimizer step is
-  memory-bound either way); lenet5 (20) 3.9-4.8 vs 6.3-7.2, 0.57-0.75; FedAvg cnn (10)
-  34.6-42.5 vs 50.0-54.5, 0.69-0.74 (vmap turns convolutions into slower grouped ones).
-- 2 threads, the default here, under other jobs' load: every engine 2-7x slower than with one
-  thread; the loop's many small ops suffer most (mlp ratio 1.2-2.1, lenet5 0.7-1.2).
-- evaluation of per-client models (``evaluate_each``, 1 thread): vmap slower for every family
-  (loop/vmap 0.62-0.65 mlp, 0.51 lenet5, 0.84 cnn).
-- whole FedAvg rounds (20 clients, mlp 200-200, 1 thread, World batching vs one by one):
-  1.04-1.26x faster with vmap, within this machine's noise.
-
-Policy of ``engine="auto"``: the loop on a CPU for every family (vmap gains nothing certain
-there, costs a one-time import of ``torch._dynamo`` by ``torch.func.grad``, 1.5-10 s, and
-makes the World run queued trainings early, some of them for tasks cancelled later); vmap on
-a GPU, where batching small per-client kernels is what pays (not measured here: no GPU).
+Several clients of one architecture run as a loop of the above or vectorized with vmap
+(``train_many``, ``evaluate_each``); the measured policy of ``engine="auto"`` is in
+``fedsim.learn.execution``.
 """
 
 from __future__ import annotations
@@ -47,41 +28,20 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
+from fedsim.learn.execution import (
+    AUTOCAST_DTYPES,
+    ENGINES,
+    MEMORY_FORMATS,
+    PRECISIONS,
+    Engine,
+    MemoryFormat,
+    Precision,
+    uses_channels_last,
+)
+from fedsim.learn.optimizers import LossScaler, OptimizerSpec, make_optimizer
+
 _EVAL_BATCH = 1024
 _CPU = torch.device("cpu")
-
-Engine = Literal["auto", "loop", "vmap"]
-ENGINES: tuple[Engine, ...] = ("auto", "loop", "vmap")
-Precision = Literal["fp32", "bf16", "fp16"]
-PRECISIONS: tuple[Precision, ...] = ("fp32", "bf16", "fp16")
-MemoryFormat = Literal["auto", "contiguous", "channels_last"]
-MEMORY_FORMATS: tuple[MemoryFormat, ...] = ("auto", "contiguous", "channels_last")
-_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def configure_threads(num_threads: int) -> None:
-    """Set torch's intra-op threads (results differ between counts: a run records its own)."""
-    if num_threads < 1:
-        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
-    torch.set_num_threads(num_threads)
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    name: str = "sgd"  # "sgd" | "adam"
-    lr: float = 0.05
-    momentum: float = 0.0  # sgd only
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)  # adam only
-    eps: float = 1e-8  # adam only
-
-    def __post_init__(self) -> None:
-        if self.name not in ("sgd", "adam"):
-            raise ValueError(f"unknown optimizer {self.name!r}; choose one of: sgd, adam")
-        if self.lr <= 0 or self.momentum < 0 or self.weight_decay < 0 or self.eps <= 0:
-            raise ValueError("lr and eps must be > 0, momentum and weight_decay >= 0")
-        if not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"adam betas must be in [0, 1), got {self.betas}")
 
 
 @dataclass(frozen=True)
@@ -154,107 +114,6 @@ def _batches(
                 return
             yield batch
             done += 1
-
-
-class _SGD:
-    """torch.optim.SGD (dampening 0, no Nesterov) on one flat tensor; fresh state per training."""
-
-    def __init__(self, spec: OptimizerSpec) -> None:
-        self.spec = spec
-        self.momentum_buffer: torch.Tensor | None = None
-
-    def step(self, w: torch.Tensor, g: torch.Tensor) -> None:
-        s = self.spec
-        if s.weight_decay:
-            g.add_(w, alpha=s.weight_decay)
-        if s.momentum:
-            if self.momentum_buffer is None:
-                self.momentum_buffer = g.clone()
-            else:
-                self.momentum_buffer.mul_(s.momentum).add_(g)
-            g = self.momentum_buffer
-        w.add_(g, alpha=-s.lr)
-
-    def keep_first(self, rows: int) -> None:
-        """Keep the state of the first ``rows`` clients of a stacked (clients x params) run."""
-        if self.momentum_buffer is not None:
-            self.momentum_buffer = self.momentum_buffer[:rows]
-
-
-class _Adam:
-    """torch.optim.Adam (L2 weight decay, no AMSGrad) on one flat tensor."""
-
-    def __init__(self, spec: OptimizerSpec, like: torch.Tensor) -> None:
-        self.spec = spec
-        self.step_count = 0
-        self.exp_avg = torch.zeros_like(like)
-        self.exp_avg_sq = torch.zeros_like(like)
-
-    def step(self, w: torch.Tensor, g: torch.Tensor) -> None:
-        s = self.spec
-        beta1, beta2 = s.betas
-        self.step_count += 1
-        if s.weight_decay:
-            g.add_(w, alpha=s.weight_decay)
-        self.exp_avg.lerp_(g, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        step_size = s.lr / (1 - beta1**self.step_count)
-        denom = (self.exp_avg_sq.sqrt() / math.sqrt(1 - beta2**self.step_count)).add_(s.eps)
-        w.addcdiv_(self.exp_avg, denom, value=-step_size)
-
-    def keep_first(self, rows: int) -> None:
-        """Keep the state of the first ``rows`` clients of a stacked (clients x params) run."""
-        self.exp_avg, self.exp_avg_sq = self.exp_avg[:rows], self.exp_avg_sq[:rows]
-
-
-def make_optimizer(spec: OptimizerSpec, like: torch.Tensor) -> _SGD | _Adam:
-    """A fresh optimizer on flat vectors shaped like ``like``; ``step(w, g)`` updates w in place.
-
-    For algorithms that keep an optimizer across rounds (e.g. FedeRiCo's owner-side Adam).
-    """
-    return _Adam(spec, like) if spec.name == "adam" else _SGD(spec)
-
-
-def uses_channels_last(
-    memory_format: MemoryFormat, precision: Precision, input_channels: int = 3
-) -> bool:
-    """Whether convolutions get NHWC inputs. "auto" follows the measured policy: with bf16 and
-    a first convolution of more than one input channel only. Measured by
-    benchmarks/precision.py (2-core AMD EPYC Zen 4, native avx512_bf16, one thread, loop
-    engine, best-over-best ratios over 2-3 sessions): on 3x32x32 inputs NHWC over NCHW was
-    1.16-1.34x (cnn) and 1.24-1.62x (lenet5) in bf16, bf16+NHWC 1.47-1.88x over fp32 for the
-    cnn; on one-channel 28x28 inputs it was 0.85-1.03x (the first convolution stays NCHW: a
-    one-channel batch is both layouts), i.e. no gain and up to 15% loss. In fp32 NHWC was
-    0.96-1.24x and changes the results (other backward kernels, 2e-4 relative after 10 steps),
-    which a default must not do. Under vmap NHWC gained nothing (0.93-1.06x): vmap keeps NCHW."""
-    if memory_format == "auto":
-        return precision == "bf16" and input_channels > 1
-    return memory_format == "channels_last"
-
-
-class _LossScaler:
-    """Dynamic loss scaling for fp16 (what ``torch.amp.GradScaler`` does, on the flat
-    gradient): the loss is multiplied by ``scale`` before backward so small fp16 gradients do
-    not underflow; a step whose unscaled gradient is not finite is skipped and the scale
-    halved, and after ``growth_interval`` good steps in a row it doubles."""
-
-    def __init__(self, scale: float = 2.0**16, growth_interval: int = 2000) -> None:
-        self.scale = scale
-        self.growth_interval = growth_interval
-        self._good_steps = 0
-
-    def unscale(self, g: torch.Tensor) -> bool:
-        """Divide the gradient by the scale; whether the optimizer may step with it."""
-        g.div_(self.scale)
-        if not bool(torch.isfinite(g).all()):
-            self.scale /= 2.0
-            self._good_steps = 0
-            return False
-        self._good_steps += 1
-        if self._good_steps == self.growth_interval:
-            self.scale *= 2.0
-            self._good_steps = 0
-        return True
 
 
 class Trainer:
@@ -343,7 +202,7 @@ class Trainer:
 
     def _mixed(self) -> contextlib.AbstractContextManager:
         """Autocast to the trainer's precision (nothing in fp32)."""
-        dtype = _AUTOCAST_DTYPES.get(self.precision)
+        dtype = AUTOCAST_DTYPES.get(self.precision)
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=dtype)
@@ -420,7 +279,7 @@ class Trainer:
         generator = torch.Generator().manual_seed(seed)
         loss_sum = torch.zeros((), device=self.device)
         done = samples = 0
-        scaler = _LossScaler() if self.precision == "fp16" else None
+        scaler = LossScaler() if self.precision == "fp16" else None
         self._model.train()
         for batch in _batches(n, self.batch_size, total_steps, generator, self.device):
             g.zero_()

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fedsim.sim.compute import ComputeModel, ShiftedExponential, harmonic_number
-    from fedsim.sim.events import EventLog, check_events
+    from fedsim.sim.event_check import check_events
+    from fedsim.sim.events import EventLog
     from fedsim.sim.medium import DedicatedMedium, FifoMedium, SharedMedium
     from fedsim.sim.network import Link, Network, transfer_time_s
 
@@ -27,7 +28,7 @@ _HOMES = {
     "Network": "network",
     "SharedMedium": "medium",
     "ShiftedExponential": "compute",
-    "check_events": "events",
+    "check_events": "event_check",
     "harmonic_number": "compute",
     "transfer_time_s": "network",
 }

@@ -9,7 +9,12 @@ import numpy as np
 import simpy
 
 from fedsim.config import ComputeConfig
-from fedsim.sim.compute import ComputeModel, CpuCycles, ShiftedExponential
+from fedsim.sim.compute import (
+    ComputeModel,
+    CpuCycles,
+    ShiftedExponential,
+    expected_max_completion_s,
+)
 from fedsim.sim.events import EventLog
 from fedsim.sim.readers import DeviceProfile
 from fedsim.streams import RandomStreams
@@ -144,6 +149,14 @@ class Devices:
         if rng is None:
             rng = self._rngs[client] = self.streams.generator("compute", client)
         return rng
+
+    def expected_max_completion_s(
+        self, offsets_s: Sequence[float], scales: Sequence[float]
+    ) -> float:
+        """E[max_i (offset_i + scale_i (T_min + X_i))] under the shifted exponential (no heavy
+        tail): the closed form an algorithm models its round time with."""
+        base = self.compute_model.base
+        return expected_max_completion_s(offsets_s, scales, base.t_min_s, base.mean_extra_s)
 
     def work_units(self, steps: int, samples: int | None) -> int:
         """What the shifted exponential is multiplied by: 1, the steps or the samples."""

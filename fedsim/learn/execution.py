@@ -1,0 +1,65 @@
+"""How a trainer computes: the engine (a loop per client or vmap across clients), the
+precision of the forward passes (autocast), and the memory layout of convolution inputs, with
+the policy the defaults follow, as measured.
+
+Several clients of one architecture (``train_many``, ``evaluate_each``) run either as a loop
+of single trainings or vectorized: ``torch.func.vmap`` of ``grad_and_value`` of a
+``functional_call`` over per-layer stacks (clients, *shape), lockstep steps with partial
+batches padded and masked. Measured on the shared 2-core development CPU, in one process,
+interleaved, SGD with momentum, batch 32, 28x28 inputs, clients of 240 samples, one epoch;
+ms per client-step (best of 3-7), loop vs vmap, and the median ratio of paired runs:
+
+- 1 thread: mlp 200-200 (20 clients) 1.05-1.84 vs 1.16-1.97, ratio 0.85-1.13 over four
+  sessions (a wash: bmm is no faster than the loop's mm, and the stacked optimizer step is
+  memory-bound either way); lenet5 (20) 3.9-4.8 vs 6.3-7.2, 0.57-0.75; FedAvg cnn (10)
+  34.6-42.5 vs 50.0-54.5, 0.69-0.74 (vmap turns convolutions into slower grouped ones).
+- 2 threads, the default here, under other jobs' load: every engine 2-7x slower than with one
+  thread; the loop's many small ops suffer most (mlp ratio 1.2-2.1, lenet5 0.7-1.2).
+- evaluation of per-client models (``evaluate_each``, 1 thread): vmap slower for every family
+  (loop/vmap 0.62-0.65 mlp, 0.51 lenet5, 0.84 cnn).
+- whole FedAvg rounds (20 clients, mlp 200-200, 1 thread, World batching vs one by one):
+  1.04-1.26x faster with vmap, within this machine's noise.
+
+Policy of ``engine="auto"``: the loop on a CPU for every family (vmap gains nothing certain
+there, costs a one-time import of ``torch._dynamo`` by ``torch.func.grad``, 1.5-10 s, and
+makes the World run queued trainings early, some of them for tasks cancelled later); vmap on
+a GPU, where batching small per-client kernels is what pays (not measured here: no GPU).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+Engine = Literal["auto", "loop", "vmap"]
+ENGINES: tuple[Engine, ...] = ("auto", "loop", "vmap")
+Precision = Literal["fp32", "bf16", "fp16"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "bf16", "fp16")
+MemoryFormat = Literal["auto", "contiguous", "channels_last"]
+MEMORY_FORMATS: tuple[MemoryFormat, ...] = ("auto", "contiguous", "channels_last")
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def configure_threads(num_threads: int) -> None:
+    """Set torch's intra-op threads (results differ between counts: a run records its own)."""
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    torch.set_num_threads(num_threads)
+
+
+def uses_channels_last(
+    memory_format: MemoryFormat, precision: Precision, input_channels: int = 3
+) -> bool:
+    """Whether convolutions get NHWC inputs. "auto" follows the measured policy: with bf16 and
+    a first convolution of more than one input channel only. Measured by
+    benchmarks/precision.py (2-core AMD EPYC Zen 4, native avx512_bf16, one thread, loop
+    engine, best-over-best ratios over 2-3 sessions): on 3x32x32 inputs NHWC over NCHW was
+    1.16-1.34x (cnn) and 1.24-1.62x (lenet5) in bf16, bf16+NHWC 1.47-1.88x over fp32 for the
+    cnn; on one-channel 28x28 inputs it was 0.85-1.03x (the first convolution stays NCHW: a
+    one-channel batch is both layouts), i.e. no gain and up to 15% loss. In fp32 NHWC was
+    0.96-1.24x and changes the results (other backward kernels, 2e-4 relative after 10 steps),
+    which a default must not do. Under vmap NHWC gained nothing (0.93-1.06x): vmap keeps NCHW."""
+    if memory_format == "auto":
+        return precision == "bf16" and input_channels > 1
+    return memory_format == "channels_last"
