@@ -6,7 +6,9 @@
    processes is counted by a subclass of ``simpy.Environment`` that the World is built with
    in a reference run; the timed runs (same seed, so the same events) use SimPy's own. About
    as many bare SimPy events (processes that only wait on timeouts) are timed alongside, as
-   this machine's ceiling for any SimPy model.
+   this machine's ceiling for any SimPy model, and the same run with SimPy's own ``run``
+   instead of fedsim's guarded loop (``fedsim.sim.clock``, which looks at the clock every
+   1,024 events so that a model that stops time cannot spin forever): the guard's cost.
 2. A full run of a real scenario (default ``scenarios/quickstart.yaml``: real Fashion-MNIST,
    real training): total wall time of the runs against the time spent inside ``Trainer``
    calls (training, evaluation, ...). Everything else, i.e. the event loop, the protocol, the
@@ -35,6 +37,7 @@ from fedsim.learn.data import FederatedDataset
 from fedsim.learn.trainer import Trainer
 from fedsim.results.recorder import Recorder
 from fedsim.runner import build_dataset, build_trainers, run_algorithm
+from fedsim.sim import clock
 from fedsim.world import World
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,14 +83,22 @@ def churn_scenario(clients: int, rounds: int, dataset: str = "fashion_mnist") ->
     )  # fmt: skip
 
 
+def _simpy_run(env: simpy.Environment, until: simpy.Event, **_: object) -> None:
+    """SimPy's own loop (with the same garbage-collection setting), for the guard's cost."""
+    with clock._fewer_gc_passes():
+        env.run(until=until)
+
+
 def timing_only_run(
     sc: Scenario,
     dataset: FederatedDataset,
     trainers: list[Trainer],
     environment: type[simpy.Environment] = simpy.Environment,
+    *,
+    unguarded: bool = False,
 ) -> dict:
     """One timing-only run: seconds in the event loop and in total, and what it simulated
-    (``events`` where ``environment`` counts them)."""
+    (``events`` where ``environment`` counts them); ``unguarded``: with SimPy's own loop."""
     algorithm = sc.algorithms[0]
     recorder = Recorder(None, scenario_name=sc.name, label=algorithm.run_label,
                         target_accuracy=None, resolved_scenario_yaml="")  # fmt: skip
@@ -96,7 +107,8 @@ def timing_only_run(
         world = World(sc, algorithm, dataset, trainers, recorder, timing_only=True)
     built = time.perf_counter()
     cpu = time.process_time()
-    world.run(ALGORITHMS[algorithm.name](world, algorithm))
+    with mock.patch.object(clock, "run", _simpy_run) if unguarded else ExitStack():
+        world.run(ALGORITHMS[algorithm.name](world, algorithm))
     loop_cpu_s = time.process_time() - cpu
     loop_s = time.perf_counter() - built
     world.finish(complete=True)
@@ -140,11 +152,12 @@ def event_rate(clients: int, rounds: int, repeats: int, dataset: str) -> dict:
     events = reference["events"]
     bare_until_s = max(2.0, 1.5 * events / clients)  # about as many events as the run
     _, bare_events = bare_simpy_run(clients, bare_until_s, CountingEnvironment)
-    runs, bare_s = [], []
-    for _ in range(repeats):  # alternate, so that both see the same machine load
+    runs, plain, bare_s = [], [], []
+    for _ in range(repeats):  # alternate, so that all see the same machine load
         runs.append(timing_only_run(sc, data, trainers))
+        plain.append(timing_only_run(sc, data, trainers, unguarded=True))
         bare_s.append(bare_simpy_run(clients, bare_until_s)[0])
-        if runs[-1]["fingerprint"] != reference["fingerprint"]:
+        if {runs[-1]["fingerprint"], plain[-1]["fingerprint"]} != {reference["fingerprint"]}:
             raise RuntimeError("timing-only runs of one seed differ: not deterministic")
     best = min(runs, key=lambda r: r["loop_s"])
     bare_rate = bare_events / min(bare_s)
@@ -165,6 +178,8 @@ def event_rate(clients: int, rounds: int, repeats: int, dataset: str) -> dict:
         "bare_simpy_events": bare_events,
         "bare_simpy_events_per_s": bare_rate,
         "share_of_bare_simpy": events / best["loop_s"] / bare_rate,
+        "simpy_run_loop_s_best": min(r["loop_s"] for r in plain),
+        "guarded_over_simpy_run": best["loop_s"] / min(r["loop_s"] for r in plain),
         "target_events_per_s": TARGET_EVENTS_PER_S,
     }
 
@@ -234,7 +249,8 @@ def full_run_overhead(scenario_path: Path, rounds: int | None) -> dict:
 
 
 TIMING_COLUMNS = ("clients", "rounds", "events", "loop_s_best", "events_per_s", "events_per_cpu_s",
-                  "bare_simpy_events_per_s", "share_of_bare_simpy")  # fmt: skip
+                  "bare_simpy_events_per_s", "share_of_bare_simpy",
+                  "guarded_over_simpy_run")  # fmt: skip
 FULL_RUN_COLUMNS = ("algorithm", "total_s", "torch_s", "trainer_calls", "overhead_share")
 
 

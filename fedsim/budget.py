@@ -9,7 +9,7 @@ round and direction, and where each round's time goes.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from fedsim.results.files import BREAKDOWN
 from fedsim.results.recorder import Recorder
 from fedsim.world import World
 from fedsim.world.network import rate_distribution
+from fedsim.world.tasks import CUT_AT
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,12 @@ class Budget:
     downlink_bytes: int
     d2d_bytes: int
     wasted_bytes: int
-    participants_per_round: float
+    participants_per_round: float  # updates the server kept (applied, for an async server)
     closed_form_round_s: float | None
+    # Rounds that selected clients but kept no update, and where those clients' tasks were
+    # when the rounds closed (``fedsim.world.tasks.CUT_AT``, summed over those rounds).
+    empty_rounds: int = 0
+    empty_rounds_cut_at: dict[str, int] = field(default_factory=dict)
     radio: dict | None = None  # with system.radio: world.network.rate_distribution
     energy_j: dict | None = None  # with system.energy: joules by category, over the run
 
@@ -67,8 +72,11 @@ def budget_algorithm(
     algorithm: AlgorithmConfig,
     dataset: FederatedDataset,
     trainer: Trainer | list[Trainer],
+    *,
+    max_events: int | None = None,
 ) -> Budget:
-    """Run one algorithm on the event model alone and summarize its rounds."""
+    """Run one algorithm on the event model alone and summarize its rounds (``max_events``:
+    see ``World.run``)."""
     recorder = Recorder(
         None,
         scenario_name=scenario.name,
@@ -77,7 +85,7 @@ def budget_algorithm(
         resolved_scenario_yaml="",
     )
     world = World(scenario, algorithm, dataset, trainer, recorder, timing_only=True)
-    world.run(ALGORITHMS[algorithm.name](world, algorithm))
+    world.run(ALGORITHMS[algorithm.name](world, algorithm), max_events=max_events)
     world.finish(complete=True)
     rows = recorder.round_rows
     log = world.log
@@ -88,6 +96,7 @@ def budget_algorithm(
         return float(np.mean(values)) if values else None
 
     breakdown = {part: mean([r[part] for r in rows]) for part in (*BREAKDOWN, "waiting_s")}
+    empty = [r for r in rows if r["selected"] and not r["participants"]]
     return Budget(
         algorithm=algorithm.run_label,
         rounds=len(rows),
@@ -105,10 +114,12 @@ def budget_algorithm(
         downlink_bytes=log.downlink_bytes,
         d2d_bytes=log.d2d_bytes,
         wasted_bytes=log.wasted_bytes,
-        participants_per_round=float(np.mean([r["completed"] for r in rows])) if rows else 0.0,
+        participants_per_round=float(np.mean([r["participants"] for r in rows])) if rows else 0.0,
         closed_form_round_s=closed_form_round_s(scenario, algorithm, world),
         radio=rate_distribution(world.network.radio) if world.network.radio else None,
         energy_j=world.energy.meter.totals() if world.energy else None,
+        empty_rounds=len(empty),
+        empty_rounds_cut_at={where: sum(r[where] for r in empty) for where in CUT_AT},
     )
 
 
@@ -179,8 +190,8 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
 
     name_width = max([12, *(len(b.algorithm) for b in budgets)])
     time_columns = (
-        "rounds", "round_s", "closed_form_s", "dl_queue_s", "downlink_s", "compute_s",
-        "ul_queue_s", "uplink_s", "waiting_s", "total_s",
+        "rounds", "kept/rnd", "round_s", "closed_form_s", "dl_queue_s", "downlink_s",
+        "compute_s", "ul_queue_s", "uplink_s", "waiting_s", "total_s",
     )  # fmt: skip
     traffic_columns = (
         "up_MB/rnd", "down_MB/rnd", "d2d_MB/rnd", "up_tx/rnd", "down_tx/rnd", "d2d_tx/rnd",
@@ -196,7 +207,7 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
         times = (b.round_s, b.closed_form_round_s, b.downlink_queue_s, b.downlink_s, b.compute_s)
         times += (b.uplink_queue_s, b.uplink_s, b.waiting_s)
         lines.append(
-            f"{b.algorithm:>{name_width}} {b.rounds:>13} "
+            f"{b.algorithm:>{name_width}} {b.rounds:>13} {b.participants_per_round:>13.1f} "
             + " ".join(cell(t, 13) for t in times)
             + f" {b.time_s:>13.1f}"
         )
@@ -216,19 +227,58 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
             + " ".join(cell(v, 11, 1) for v in transmissions)
             + f" {cell(b.wasted_bytes / 1e6, 11)} {cell(total_mb, 11, 2)}"
         )
+    lines += _empty_round_lines(budgets)
     lines += _radio_lines(budgets, name_width)
     lines += _energy_lines(budgets, name_width)
     lines += [
         "",
+        "kept/rnd: updates the server kept per round (applied, for an asynchronous server). "
         "round_s = dl_queue_s + downlink_s + compute_s + ul_queue_s + uplink_s + waiting_s for "
         "the mean participant: waiting for the base station's transmitter and on the air, "
         "computing, waiting for the uplink medium (TDMA) and on the air, then idle until the "
         "round closes (or at a barrier).",
         "closed_form_s: E[round time] where a closed form is exact, n/a otherwise. Breakdown "
-        "n/a: no server round to break down (local training, asynchronous servers). "
+        "n/a: no participant to break down (local training and asynchronous servers gather no "
+        "round; a round that kept no update has none: see why above). "
         "_tx/rnd: transmissions started per round (a multicast counts once).",
     ]
     return "\n".join(lines)
+
+
+_CUT_WORDS = {
+    "cut_before_model": "still waiting for the model",
+    "cut_computing": "training",
+    "cut_uploading": "sending their update",
+    "cut_after_delivery": "delivered but not kept",
+}
+
+
+def _empty_round_lines(budgets: list[Budget]) -> list[str]:
+    """Why rounds kept nothing: where the selected clients' tasks were when the rounds closed
+    (a broadcast that outlasts the deadline leaves everyone waiting for the model)."""
+    lines = []
+    for b in budgets:
+        if not b.empty_rounds:
+            continue
+        cut = b.empty_rounds_cut_at
+        total = sum(cut.values())
+        shares = ", ".join(
+            f"{count / total:.0%} {_CUT_WORDS[where]}"
+            for where, count in sorted(cut.items(), key=lambda item: -item[1])
+            if count
+        )
+        line = (
+            f"{b.algorithm}: {b.empty_rounds} of {b.rounds} rounds kept no update; when they "
+            f"closed, their {total:,} selected clients were: {shares or 'none cut'}"
+        )
+        if cut.get("cut_before_model", 0) == total and total:
+            line += (
+                " (the model never reached them in time: a broadcast runs at its slowest "
+                "member's rate, so many clients per round make it long; fewer per round, a "
+                "longer deadline_s or unicast shorten the wait)"
+            )
+        lines.append(line + ".")
+    return ["", *lines] if lines else []
 
 
 def _radio_lines(budgets: list[Budget], name_width: int) -> list[str]:

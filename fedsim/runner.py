@@ -194,7 +194,7 @@ def run_algorithm(
     world = World(scenario, algorithm, dataset, trainers, recorder, on_round)
     try:
         world.run(ALGORITHMS[algorithm.name](world, algorithm))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ScenarioError):  # interrupted, or a setting stopped it
         world.finish(complete=False)
         raise
     finally:

@@ -12,7 +12,12 @@ server update is one "round": ``end_round`` after each, so run.rounds counts upd
 
 Choices where the papers are silent:
 - The server learns of a lost client only through ``task_timeout_s`` after dispatch; it
-  then cancels the task and re-uses the slot (the client may be drawn again).
+  then cancels the task and re-uses the slot (the client may be drawn again). A timeout
+  shorter than the fastest task any client can do (its model down and up alone at the
+  fastest rate, its shortest training) would make every task time out: the run refuses it
+  at its start; and ``STALLED_TASKS_PER_SLOT`` x ``max_concurrency`` timeouts in a row
+  without a single update stop the run (the timeout is too short for this network), rather
+  than re-dispatching forever.
 - A freed slot is re-filled after the updates that arrived at the same instant are
   applied, so the client gets the newest model.
 - Newcomers become available for dispatch when they join; a client that leaves keeps its
@@ -24,6 +29,7 @@ Choices where the papers are silent:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
@@ -31,7 +37,7 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.config import AsyncServerConfig
+from fedsim.config import AsyncServerConfig, ScenarioError
 from fedsim.results.files import ASYNC_FILE
 from fedsim.world import Task, World
 
@@ -69,6 +75,8 @@ class Update:
     tensor: torch.Tensor
 
 
+STALLED_TASKS_PER_SLOT = 100  # timeouts in a row per slot, no update between: too short a timeout
+
 ServerRule = Callable[[torch.Tensor, list[Update]], torch.Tensor]
 """(model, buffered updates) -> the next model."""
 
@@ -95,7 +103,12 @@ def async_server(
     env = world.env
     rng = world.streams.generator("async-dispatch")
     model = world.initial_params()
+    if config.task_timeout_s is not None:
+        refuse_unbeatable(
+            world, "task_timeout_s", config.task_timeout_s, world.payload_bytes(model)
+        )
     version = 0
+    timeouts_in_a_row = 0
     busy: dict[int, _Dispatch] = {}  # as the server sees it: dispatched, not yet settled
     settled: list[_Dispatch] = []  # delivered or timed out, in the order the server learns it
     wake = env.event()
@@ -125,6 +138,12 @@ def async_server(
             busy[client] = dispatch
             dispatch.task.delivered.callbacks.append(lambda _, d=dispatch: settle(d))
             if config.task_timeout_s is not None:
+                if env.now + config.task_timeout_s == env.now:  # it would fire at once, forever
+                    raise ScenarioError(
+                        config.run_label,
+                        [f"{world.setting('task_timeout_s')}: {config.task_timeout_s:g} s is "
+                         f"below what the simulated clock resolves at t = {env.now:g} s"],
+                    )  # fmt: skip
                 timeout = env.timeout(config.task_timeout_s)
                 timeout.callbacks.append(lambda _, d=dispatch: settle(d))
 
@@ -144,7 +163,18 @@ def async_server(
             dispatch = settled.pop(0)
             if not dispatch.task.delivered.triggered:  # timed out: give up on it
                 world.cancel(dispatch.task)
+                timeouts_in_a_row += 1
+                if timeouts_in_a_row == STALLED_TASKS_PER_SLOT * config.max_concurrency:
+                    raise ScenarioError(
+                        config.run_label,
+                        [
+                            f"{world.setting('task_timeout_s')}: the last {timeouts_in_a_row:,} "
+                            f"tasks all timed out ({config.task_timeout_s:g} s after dispatch) "
+                            f"by t = {env.now:g} s, not one update arrived: raise the timeout"
+                        ],
+                    )
                 continue
+            timeouts_in_a_row = 0
             tensor = dispatch.task.delivered.value
             tau = version - dispatch.version
             if config.max_staleness is not None and tau > config.max_staleness:
@@ -164,6 +194,24 @@ def async_server(
             staleness=np.array(staleness),
             clients=np.array(senders),
         )
+
+
+def refuse_unbeatable(world: World, name: str, limit_s: float, model_bytes: int) -> None:
+    """Refuse a timeout (the algorithm's option ``name``) shorter than the fastest task any
+    client can do (its model down and up alone at the fastest rate, its shortest local
+    training): every task would time out, and the server re-dispatch forever. A lower bound,
+    so only the certainly hopeless is refused."""
+    fastest_s = math.inf
+    for client in range(len(world.clients)):  # stops at the first client that can make it
+        fastest_s = min(fastest_s, world.minimum_task_s(client, model_bytes, model_bytes))
+        if fastest_s <= limit_s:
+            return
+    raise ScenarioError(
+        world.algorithm.run_label,
+        [f"{world.setting(name)}: {limit_s:g} s, but the fastest task of any client takes at "
+         f"least {fastest_s:.4g} s (its model down and up alone at the fastest rate, and its "
+         "shortest local training): every task would time out"],
+    )  # fmt: skip
 
 
 def client_update(

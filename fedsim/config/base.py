@@ -23,7 +23,12 @@ class ScenarioError(Exception):
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source = source
         self.problems = problems
-        super().__init__(f"{source}: " + "; ".join(problems))
+        # args are the constructor's, so that the error survives a copy (SimPy re-raises a
+        # failed process's exception as type(e)(*e.args)) and pickling (worker processes)
+        super().__init__(source, problems)
+
+    def __str__(self) -> str:
+        return f"{self.source}: " + "; ".join(self.problems)
 
 
 class _Strict(BaseModel):

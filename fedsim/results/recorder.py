@@ -155,7 +155,9 @@ class Recorder:
             self._activity.writerow([float(time_s), present, online])
 
     def log_round(self, **row: float) -> None:
-        """One round: participation, time breakdown, cumulative bytes."""
+        """One round: participation, time breakdown, cumulative bytes (rounds.csv's columns;
+        other keys, e.g. where the dropped tasks were cut, stay in ``round_rows`` for the
+        budget)."""
         traffic = self.traffic
         row = {**row, **{k: getattr(traffic, k) for k in ROUND_COLUMNS if k.endswith("_bytes")}}
         row["round"] = row.pop("round_index")

@@ -31,6 +31,7 @@ transmission ends simply does not get it.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -153,6 +154,22 @@ class Network:
             return transfer_time_s(num_bytes, rate_bps, self.latency_s)
         link = self.links[client]
         return transfer_time_s(num_bytes, link.uplink_bps, link.latency_s)
+
+    def fastest_transfer_s(self, client: int, num_bytes: int, *, downlink: bool) -> float:
+        """A lower bound of the time one transfer to (``downlink``) or from the client takes:
+        alone on its link at its rate (an upload within the shared cell's capacity); with the
+        radio, on the whole band at the highest scheme where ``max_bits_per_hz`` caps the
+        spectral efficiency, else the latency alone (a fade can give any rate)."""
+        if self.radio is not None:
+            settings = self.radio.settings
+            band_hz = settings.downlink_bandwidth_hz if downlink else settings.uplink_bandwidth_hz
+            peak_bps = band_hz * settings.max_bits_per_hz
+            return self.latency_s + (8.0 * num_bytes / peak_bps if math.isfinite(peak_bps) else 0)
+        link = self.links[client]
+        rate_bps = link.downlink_bps if downlink else link.uplink_bps
+        if not downlink and isinstance(self._uplink, SharedMedium):
+            rate_bps = min(rate_bps, self._uplink.capacity_bps)
+        return transfer_time_s(num_bytes, rate_bps, link.latency_s)
 
     def group_downlink_time_s(self, clients: Sequence[int], num_bytes: int) -> float:
         """One multicast to the group, at its slowest member's rate (with the radio: at the

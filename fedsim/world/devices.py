@@ -142,6 +142,7 @@ class Devices:
             energy.compute_ended(draw, lost=False)
         if task is not None:
             task.compute_s += duration_s
+            task.computed = True
 
     def _rng(self, client: int) -> np.random.Generator:
         """The client's own stream of compute draws (keyed: the same whenever it is made)."""
@@ -149,6 +150,17 @@ class Devices:
         if rng is None:
             rng = self._rngs[client] = self.streams.generator("compute", client)
         return rng
+
+    def minimum_s(self, client: int, steps: int, samples: int) -> float:
+        """The least time ``steps`` local steps over ``samples`` samples can take on the
+        client's device: no exponential extra, no stall of the heavy tail."""
+        speed = self.speeds[client]
+        if self.profiles is not None:
+            return self.profiles[client].compute_s_per_sample * samples / speed
+        if self._per_cycles:
+            return self.cpu.time_s(samples, float(self.cpu_hz[client])) / speed
+        t_min_s = self.compute_model.base.t_min_s
+        return self.work_units(steps, samples) * t_min_s / speed
 
     def expected_max_completion_s(
         self, offsets_s: Sequence[float], scales: Sequence[float]

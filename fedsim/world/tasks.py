@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
+from fedsim.config import MAX_ROUNDS, RunConfig, ScenarioError
 from fedsim.results.files import BREAKDOWN
-from fedsim.sim.network import TransmissionLost
+from fedsim.results.recorder import Recorder
+from fedsim.sim.events import EventLog
+from fedsim.sim.network import Network, TransmissionLost
 
 CANCELLED = "cancelled"  # interrupt cause: the server closed the round
+QUICK_ROUNDS = 1_000  # rounds in a row too short for the time budget to ever end: a spin
 
 
 @dataclass(eq=False, slots=True)
@@ -30,6 +35,7 @@ class Task:
     process: simpy.Process | None = None
     on_delivery: Callable[[int, object], object] | None = None  # the server's, as it arrives
     compute_started_s: float | None = None
+    computed: bool = False  # its training (compute) finished
     downlink_queue_s: float = 0.0
     downlink_s: float = 0.0
     compute_s: float = 0.0
@@ -49,6 +55,8 @@ class RoundStats:
         default_factory=lambda: dict.fromkeys((*BREAKDOWN, "waiting_s"), math.nan)
     )
     finished_tasks: list[Task] = field(default_factory=list)
+    # Where the tasks the server did not keep were when it closed the round (CUT_AT).
+    cut_at: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CUT_AT, 0))
 
     def note_gathered(self, tasks: Mapping[int, Task], kept: list[int]) -> None:
         """The server gathered these tasks and kept the updates of ``kept``."""
@@ -56,6 +64,10 @@ class RoundStats:
         self.completed = len(kept)
         self.dropped = len(tasks) - len(kept)
         self.finished_tasks = [tasks[c] for c in kept]
+        taken = set(kept)
+        for client, task in tasks.items():
+            if client not in taken:
+                self.cut_at[_where(task)] += 1
 
     def close(self, duration_s: float) -> None:
         """The round lasted ``duration_s``: the mean kept participant's time, part by part."""
@@ -67,6 +79,93 @@ class RoundStats:
             idle = np.maximum(duration_s - parts.sum(axis=1), 0.0)
             means = [*parts.mean(axis=0), idle.mean()]
             self.breakdown = dict(zip(self.breakdown, map(float, means), strict=True))
+
+
+CUT_AT = ("cut_before_model", "cut_computing", "cut_uploading", "cut_after_delivery")
+"""Where a task the server did not keep was when the round closed: still waiting for its
+model (or for its device), training, sending its update, or delivered but not kept (a surplus
+of over-selection). A client that went offline is counted where it was cut."""
+
+
+def _where(task: Task) -> str:
+    if task.delivered.triggered:
+        return "cut_after_delivery"
+    if task.compute_started_s is None:
+        return "cut_before_model"
+    return "cut_uploading" if task.computed else "cut_computing"
+
+
+class Rounds:
+    """The round under way: its number, when it started and what it measured (a row of
+    rounds.csv when it closes). With only a time budget to end the run, rounds so short that
+    the budget would need more than ``MAX_ROUNDS`` of them never end it: a thousand in a row
+    stop the run."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        run: RunConfig,
+        log: EventLog,
+        network: Network,
+        recorder: Recorder,
+        label: str,
+    ) -> None:
+        self.env = env
+        self.last = run.rounds
+        budget_s = run.time_budget_s
+        self.shortest_s = budget_s / MAX_ROUNDS if budget_s is not None and not run.rounds else 0
+        self.log = log
+        self.network = network
+        self.recorder = recorder
+        self.label = label
+        self.index: int | None = None
+        self.started_s = 0.0
+        self.stats = RoundStats()
+
+    def numbers(self) -> Iterator[int]:
+        """Round numbers 1, 2, ... up to ``last`` (endless without)."""
+        quick = 0  # rounds in a row shorter than ``shortest_s``
+        for index in itertools.count(1) if self.last is None else range(1, self.last + 1):
+            quick = (
+                quick + 1 if index > 1 and self.env.now - self.started_s < self.shortest_s else 0
+            )
+            if quick == QUICK_ROUNDS:
+                raise ScenarioError(
+                    self.label,
+                    [
+                        f"run.time_budget_s: {QUICK_ROUNDS:,} rounds in a row lasted under "
+                        f"{self.shortest_s:.3g} s each (by t = {self.env.now:g} s): at that pace "
+                        f"the budget needs more than {MAX_ROUNDS:,} rounds; set run.rounds, or "
+                        "give the rounds a duration (the algorithm's deadline_s and timeouts, "
+                        "system.compute)"
+                    ],
+                )
+            self.index = index
+            self.started_s = self.env.now
+            self.stats = RoundStats()
+            self.network.round_index = index
+            self.log.emit("round_start", round=index)
+            yield index
+
+    def close(self, index: int, participants: int) -> None:
+        """The round ends now with ``participants`` updates kept: its energy, its end in the
+        log, its row of rounds.csv."""
+        self.recorder.log_energy(self.env.now, index)
+        stats = self.stats
+        now = self.env.now
+        stats.close(now - self.started_s)
+        self.log.emit("round_end", round=index)
+        self.recorder.log_round(
+            round_index=index,
+            start_s=self.started_s,
+            end_s=now,
+            selected=stats.selected,
+            completed=stats.completed,
+            dropped=stats.dropped,
+            **stats.breakdown,
+            **stats.cut_at,
+            participants=participants,
+        )
 
 
 class Tasks:

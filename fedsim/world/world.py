@@ -17,9 +17,6 @@ a server learns of it only through its own policy (a deadline), never by being t
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import itertools
 import math
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,12 +26,12 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.config import AlgorithmConfig, Scenario
+from fedsim.config import AlgorithmConfig, Scenario, ScenarioError
 from fedsim.learn.data import ClientShard, FederatedDataset, build_public_set
 from fedsim.learn.trainer import Distillation, Trainer, TrainResult
 from fedsim.results.files import EVENTS_FILE
 from fedsim.results.recorder import Recorder
-from fedsim.sim import readers
+from fedsim.sim import clock, readers
 from fedsim.sim.compute import CpuCycles, device_speeds
 from fedsim.sim.events import EventLog
 from fedsim.sim.topology import neighbours
@@ -44,7 +41,7 @@ from fedsim.world.energy import DeviceEnergy
 from fedsim.world.evaluation import Evaluation, Models
 from fedsim.world.network import build_network, write_radio_files
 from fedsim.world.presence import Presence
-from fedsim.world.tasks import CANCELLED, RoundStats, Task, Tasks, interrupt
+from fedsim.world.tasks import CANCELLED, Rounds, Task, Tasks, interrupt
 from fedsim.world.training import QueuedTraining, TrainingQueue
 
 ProgressCallback = Callable[[int, float], None]
@@ -84,9 +81,6 @@ class World:
         self.env = simpy.Environment()
         self.streams = RandomStreams(scenario.seed)
         self._progress = progress or (lambda round_index, time_s: None)
-        self.round_index: int | None = None
-        self._round_started_s = 0.0
-        self._round_stats = RoundStats()
 
         system = scenario.system
         num_clients = len(dataset.shards)
@@ -124,6 +118,9 @@ class World:
         self.network = build_network(
             scenario, self.env, self.log, self.streams, num_clients, self.is_online, profiles
         )
+        self._rounds = Rounds(
+            self.env, scenario.run, self.log, self.network, recorder, algorithm.run_label
+        )
         radio = self.network.radio
         if radio is not None and run_dir is not None:
             self.on_finish.append(lambda: write_radio_files(radio, run_dir, self.env.now))
@@ -156,19 +153,31 @@ class World:
         self.log.emit("run_start", clients=sorted(self.present))
         self.presence.start(self.energy)
 
-    def run(self, algorithm_process: Generator) -> None:
-        """Run the algorithm's process to its end or to the scenario's time budget."""
+    def run(self, algorithm_process: Generator, *, max_events: int | None = None) -> None:
+        """Run the algorithm's process to its end or to the scenario's time budget.
+
+        A loop of the model that spins without advancing the clock stops the run with a
+        ScenarioError; ``max_events`` (for tests) bounds the events processed in all.
+        """
         done = self.env.process(algorithm_process)
         budget_s = self.scenario.run.time_budget_s
         stop = done if budget_s is None else self.env.any_of([done, self.env.timeout(budget_s)])
         if self.scenario.evaluation.every_s is not None and not self.timing_only:
             self.env.process(self.evaluation.every_s(self.env))
-        with _fewer_gc_passes():
-            try:
-                self.env.run(until=stop)
-            except RuntimeError as error:  # nothing left to happen (e.g. every client left)
-                if "No scheduled events left" not in str(error):
-                    raise
+        try:
+            clock.run(self.env, stop, actors=len(self.clients), max_events=max_events)
+        except clock.ClockStuck as stuck:
+            raise ScenarioError(self.algorithm.run_label, [str(stuck)]) from None
+        except RuntimeError as error:  # nothing left to happen (e.g. every client left)
+            if "No scheduled events left" not in str(error):
+                raise
+
+    def setting(self, name: str) -> str:
+        """The field path of this run's algorithm option ``name``, for error messages."""
+        for index, algorithm in enumerate(self.scenario.algorithms):
+            if algorithm.run_label == self.algorithm.run_label:
+                return f"algorithms[{index}].{name}"
+        return f"{self.algorithm.run_label}.{name}"
 
     # --- who is there ---
 
@@ -198,14 +207,12 @@ class World:
 
         The World notes when each round starts, so logs and breakdowns carry the round.
         """
-        last = self.scenario.run.rounds
-        for round_index in itertools.count(1) if last is None else range(1, last + 1):
-            self.round_index = round_index
-            self._round_started_s = self.env.now
-            self._round_stats = RoundStats()
-            self.network.round_index = round_index
-            self.log.emit("round_start", round=round_index)
-            yield round_index
+        return self._rounds.numbers()
+
+    @property
+    def round_index(self) -> int | None:
+        """The round under way (None before the first)."""
+        return self._rounds.index
 
     def select_clients(
         self, fraction: float, over_selection: float = 0.0, *, by_size: bool = False
@@ -335,12 +342,26 @@ class World:
         """A standard local training's compute time is this x (T_min + Exp(mean)), plus the
         heavy tail if any: its work units (1, its steps or its samples, by compute.per) over
         the device's speed. For an algorithm's model of its own round time."""
+        steps, samples = self._standard_training(client)
+        return self.devices.work_units(steps, samples) / self.clients[client].speed
+
+    def minimum_task_s(self, client: int, down_bytes: int, up_bytes: int) -> float:
+        """A lower bound of a receive-train-upload task of the client: the downlink and the
+        uplink alone at their fastest, and the shortest standard local training."""
+        fastest = self.network.fastest_transfer_s
+        return (
+            fastest(client, down_bytes, downlink=True)
+            + self.devices.minimum_s(client, *self._standard_training(client))
+            + fastest(client, up_bytes, downlink=False)
+        )
+
+    def _standard_training(self, client: int) -> tuple[int, int]:
+        """(steps, samples) of the scenario's local training on the client's data."""
         training = self.scenario.training
         trainer = self.trainer_of(client)
         n = self.num_train(client)
         steps = trainer.num_steps(n, epochs=training.local_epochs, steps=training.local_steps)
-        units = self.devices.work_units(steps, trainer.samples_processed(n, steps))
-        return units / self.clients[client].speed
+        return steps, trainer.samples_processed(n, steps)
 
     def train(
         self,
@@ -447,7 +468,17 @@ class World:
         if deadline_s is None:
             yield enough
         else:
-            remaining_s = self._round_started_s + deadline_s - self.env.now
+            started_s = self._rounds.started_s
+            if started_s + deadline_s == started_s:
+                raise ScenarioError(
+                    self.algorithm.run_label,
+                    [
+                        f"{self.setting('deadline_s')}: {deadline_s:g} s is below what the "
+                        f"simulated clock resolves at t = {self.env.now:g} s: every round "
+                        "would close the instant it starts"
+                    ],
+                )
+            remaining_s = started_s + deadline_s - self.env.now
             yield enough | self.env.timeout(max(0.0, remaining_s))
         closed = True
         yield from self.cancel_unfinished(tasks.values())
@@ -458,7 +489,7 @@ class World:
                 self.log.update_dropped(
                     client, nbytes, reason="surplus", round_index=self.round_index
                 )
-        self._round_stats.note_gathered(tasks, kept)
+        self._rounds.stats.note_gathered(tasks, kept)
         return {client: tasks[client].delivered.value for client in kept}
 
     def cancel_unfinished(self, tasks: Iterable[Task]) -> Generator[simpy.Event, object, None]:
@@ -532,25 +563,9 @@ class World:
         ``params`` is the global model every present client uses, or each client's own
         model. Evaluation is a measurement: it takes no simulated time.
         """
-        self._write_round(round_index)
+        self._rounds.close(round_index, participants)
         self.evaluation.round_ended(round_index, self.env.now, params, participants)
         self._progress(round_index, self.env.now)
-
-    def _write_round(self, round_index: int) -> None:
-        self.recorder.log_energy(self.env.now, round_index)
-        stats = self._round_stats
-        now = self.env.now
-        stats.close(now - self._round_started_s)
-        self.log.emit("round_end", round=round_index)
-        self.recorder.log_round(
-            round_index=round_index,
-            start_s=self._round_started_s,
-            end_s=now,
-            selected=stats.selected,
-            completed=stats.completed,
-            dropped=stats.dropped,
-            **stats.breakdown,
-        )
 
     def finish(self, *, complete: bool) -> dict:
         """Evaluate what the cadence has not measured yet; write the summary."""
@@ -561,22 +576,6 @@ class World:
         self.log.emit("run_end")
         self.log.close()
         return self.recorder.close(complete=complete)
-
-
-@contextlib.contextmanager
-def _fewer_gc_passes() -> Iterator[None]:
-    """Collect young objects less often while the event loop runs.
-
-    A run keeps tens of thousands of live generators and events; with the default
-    threshold the collector rescans them so often that it takes half of a large
-    timing-only run (measured: 13.4 s -> 6.4 s for 10,000 clients).
-    """
-    thresholds = gc.get_threshold()
-    gc.set_threshold(50_000, 20, 20)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
 
 
 def _tensors_of(value: object) -> tuple[torch.Tensor, ...]:
