@@ -24,7 +24,7 @@ from fedsim.config import (
     load_scenario,
     parse_scenario,
 )
-from fedsim.results.files import COLLABORATION_FILE
+from fedsim.results.files import COLLABORATION_FILE, SUMMARY_FILE
 from fedsim.sim.event_check import check_events, format_report
 
 EXIT_BAD_INPUT = 2
@@ -97,7 +97,7 @@ def _override(scenario: Scenario, section: str, key: str, value: object, source:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fedsim.study import run_study, terminate_as_interrupt  # torch: only to train
+    from fedsim.study import run_study, study_labels, terminate_as_interrupt  # torch: to train
 
     scenario = _with_threads(load_scenario(args.file, args.set), args)
     if args.output is not None:
@@ -113,10 +113,10 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted: what was measured is in {scenario.results_dir()}", file=sys.stderr)
         return 130
-    summaries = [
-        json.loads((label_dir / "summary.json").read_text())
-        for label_dir in sorted(results_dir.iterdir())
-        if (label_dir / "summary.json").exists()
+    summaries = [  # this study's runs only, not the run folders an earlier one left there
+        json.loads((results_dir / label / SUMMARY_FILE).read_text())
+        for label in sorted(study_labels(results_dir) or [])
+        if (results_dir / label / SUMMARY_FILE).exists()
     ]
     for summary in summaries:
         print(_summary_line(summary))
@@ -207,20 +207,21 @@ def _plot(args: argparse.Namespace) -> int:
     from analysis import find_runs, plot_runs  # matplotlib: only to draw
     from analysis.weights import plot_collaboration_figures  # matplotlib: only to draw
 
+    out = args.out or (args.dirs[0] if len(args.dirs) == 1 else Path("."))
     try:
         runs = find_runs(args.dirs)
+        written = plot_runs(runs, out, args.target)  # first: it refuses mixed seed groups
         collaborative = [run for run in runs if (run.path / COLLABORATION_FILE).is_file()]
-        written = [
+        written += [
             path
             for run in collaborative
             for path in plot_collaboration_figures(
                 run.path, None if args.out is None else args.out / run.label
             )
         ]
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError) as error:  # e.g. seeds of different scenarios
         return _report(ScenarioError("plot", [str(error)]))
-    out = args.out or (args.dirs[0] if len(args.dirs) == 1 else Path("."))
-    for path in [*plot_runs(runs, out, args.target), *written]:
+    for path in written:
         print(path)
     return 0
 

@@ -1,7 +1,13 @@
 """A scenario's runs (algorithms x sweep points x seeds) as independent jobs: one after another
 in this process, on a pool of worker processes (``workers``), or as Ray tasks (``ray``), each
 run writing its own folder exactly as it would alone; ``resume`` skips the runs whose
-``summary.json`` says complete and reruns the others from the start.
+``summary.json`` says complete and whose resolved scenario is the one it would run now, and
+reruns the others from the start.
+
+Before the runs start, the study says what it found in its results folder (run folders of an
+earlier study, runs replaced or kept) and writes its manifest (``study.json``: its labels and
+the hash of each run's resolved scenario), so its summary, its figures and a reader of the folder
+can tell its runs from those an earlier study left there.
 
 One run stays one process, one World, one seed: parallelism is across runs only, so a run's
 files do not depend on how many run beside it. Each worker trains with the scenario's
@@ -18,15 +24,26 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 from tqdm import tqdm
 
 from analysis.figures import plot_results
+from analysis.results import first_difference, read_scenario
 from fedsim.config import AlgorithmConfig, Scenario, ScenarioError, parse_scenario
 from fedsim.learn.execution import configure_threads
+from fedsim.results.files import (
+    METRICS_FILE,
+    SCENARIO_FILE,
+    STUDY_FILE,
+    SUMMARY_FILE,
+    scenario_identity,
+    scenario_sha256,
+)
+from fedsim.results.recorder import clear_run_folder
 from fedsim.runner import (
     build_dataset,
     build_trainers,
@@ -53,6 +70,10 @@ class Job:
         """What a worker needs to run it: the variant as plain data, and the label."""
         return self.variant.model_dump(mode="json"), self.label
 
+    def resolved_yaml(self) -> str:
+        """The run's ``scenario.yaml``, as the runner writes it."""
+        return self.variant.to_yaml([self.algorithm])
+
 
 def plan(scenario: Scenario, only: Sequence[str] | None = None) -> list[Job]:
     return [Job(v, a) for v in scenario.variants() for a in select_algorithms(v, only)]
@@ -61,9 +82,111 @@ def plan(scenario: Scenario, only: Sequence[str] | None = None) -> list[Job]:
 def is_complete(results_dir: Path, label: str) -> bool:
     """Whether the run's folder holds a finished run (its summary says so)."""
     try:
-        return json.loads((results_dir / label / "summary.json").read_text())["complete"] is True
+        return json.loads((results_dir / label / SUMMARY_FILE).read_text())["complete"] is True
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+@dataclass
+class Found:
+    """What a study found in its results folder before it started, by run label."""
+
+    others: list[str] = field(default_factory=list)  # run folders of no run of this study: kept
+    kept: list[str] = field(default_factory=list)  # --resume: complete, same scenario: skipped
+    again: list[str] = field(default_factory=list)  # this study's, same (or unknown) scenario
+    changed: dict[str, str] = field(default_factory=dict)  # label: what differs ("key: a, b")
+
+    def lines(self, results_dir: Path) -> list[str]:
+        """One line per kind of thing found, for the user before the study starts."""
+        example = ""
+        if self.changed:
+            label, difference = next(iter(self.changed.items()))
+            example = (
+                f" ({difference})" if len(self.changed) == 1 else f" (e.g. {label}: {difference})"
+            )
+        kinds = [
+            (self.others, "from an earlier study {are} kept but {are} not part of this study", ""),
+            (list(self.changed), "of an earlier study with other settings {are} replaced", example),
+            (self.again, "of this study's runs {are} run again from the start", ""),
+            (self.kept, "of complete runs with the same settings {are} kept (--resume)", ""),
+        ]
+        lines = []
+        for labels, what, note in kinds:
+            if labels:
+                verb = "are" if len(labels) > 1 else "is"
+                folders = f"{len(labels)} run folder{'s' if len(labels) > 1 else ''}"
+                what = what.format(are=verb)
+                lines.append(f"{results_dir}: {folders} {what}: {_few(labels)}{note}")
+        return lines
+
+
+def survey(results_dir: Path, jobs: Sequence[Job], resume: bool) -> Found:
+    """What ``results_dir`` holds already: run folders of no job, and for each job's folder
+    whether it is kept (``resume``, complete, the same ``scenario_sha256``), run again, or holds
+    a run of other settings (with the first key that differs). Raises ScenarioError if a file
+    stands where a run folder goes."""
+    found = Found()
+    labels = {job.label for job in jobs}
+    for job in jobs:
+        run_dir = results_dir / job.label
+        if not run_dir.exists():
+            continue
+        if not run_dir.is_dir():
+            raise ScenarioError(
+                "output.dir", [f"output.dir: {run_dir} is a file where the run {job.label} "
+                               "writes its folder: move it away"]
+            )  # fmt: skip
+        if not _holds_a_run(run_dir):
+            continue
+        try:
+            there = read_scenario(run_dir)
+        except ValueError:
+            there = None  # unreadable: its settings are unknown, it is run again
+        now = yaml.safe_load(job.resolved_yaml())
+        if there is not None and scenario_sha256(there) != scenario_sha256(now):
+            key, before, after = first_difference(
+                scenario_identity(there), scenario_identity(now)
+            ) or ("(unknown)", "", "")
+            found.changed[job.label] = f"{key} is {before} there, {after} now"
+        elif resume and there is not None and is_complete(results_dir, job.label):
+            found.kept.append(job.label)
+        else:
+            found.again.append(job.label)
+    if results_dir.is_dir():
+        found.others = sorted(
+            child.name
+            for child in results_dir.iterdir()
+            if child.name not in labels and child.is_dir() and _holds_a_run(child)
+        )
+    return found
+
+
+def _holds_a_run(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in (SCENARIO_FILE, METRICS_FILE, SUMMARY_FILE))
+
+
+def _few(labels: Sequence[str], most: int = 6) -> str:
+    shown = ", ".join(labels[:most])
+    return shown if len(labels) <= most else f"{shown} and {len(labels) - most} more"
+
+
+def write_manifest(scenario: Scenario, jobs: Sequence[Job], results_dir: Path) -> None:
+    """``study.json``: the study's runs and the hash of each one's resolved scenario."""
+    manifest = {
+        "scenario": scenario.name,
+        "scenario_sha256": scenario_sha256(yaml.safe_load(scenario.to_yaml())),
+        "runs": {job.label: scenario_sha256(yaml.safe_load(job.resolved_yaml())) for job in jobs},
+    }
+    (results_dir / STUDY_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def study_labels(results_dir: Path) -> list[str] | None:
+    """The run labels of the study last started in ``results_dir`` (its manifest); None
+    without a readable one."""
+    try:
+        return list(json.loads((results_dir / STUDY_FILE).read_text())["runs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def run_scenario(
@@ -90,6 +213,11 @@ def run_study(
 ) -> Path:
     """Run the scenario's jobs; returns its results folder. Plots are redrawn as runs finish.
 
+    First says on stderr what the folder already holds (``survey``) and writes the manifest;
+    with ``resume``, refuses (ScenarioError) a folder holding runs of this study's labels with
+    other settings, since resuming would mix two studies. The figures draw only this study's
+    runs: a run folder left by an earlier study is drawn only once this study has rewritten it.
+
     Raises KeyboardInterrupt (also on SIGTERM, see ``terminate_as_interrupt``) after the runs
     in progress have flushed what they measured (``"complete": false``).
     """
@@ -97,15 +225,29 @@ def run_study(
         raise ScenarioError("--workers", [f"--workers: at least 1, got {workers}"])
     jobs = plan(scenario, only)
     results_dir = scenario.results_dir()
+    found = survey(results_dir, jobs, resume)
+    if resume and found.changed:
+        raise ScenarioError("--resume", _refusal(results_dir, found))
+    for line in found.lines(results_dir):
+        print(line, file=sys.stderr)
     results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / "scenario.yaml").write_text(scenario.to_yaml())
-    labels = [job.label for job in jobs]
-    todo = [job for job in jobs if not (resume and is_complete(results_dir, job.label))]
+    (results_dir / SCENARIO_FILE).write_text(scenario.to_yaml())
+    write_manifest(scenario, jobs, results_dir)
+    resolved = {job.label: job.resolved_yaml() for job in jobs}
+    todo = [job for job in jobs if job.label not in found.kept]
     display = _Progress(len(jobs), len(jobs) - len(todo), show_progress)
+
+    def ours() -> list[str]:
+        """The labels whose folder holds this study's run (kept, or written by it)."""
+        return [
+            label
+            for label, text in resolved.items()
+            if label in found.kept or _text(results_dir / label / SCENARIO_FILE) == text
+        ]
 
     def finished(label: str) -> None:
         display.done(label)
-        draw_figures(scenario, results_dir, labels)
+        draw_figures(scenario, results_dir, ours())
 
     threads = torch.get_num_threads()  # a run sets its own; the caller's comes back after
     try:
@@ -118,8 +260,28 @@ def run_study(
     finally:
         display.close()
         configure_threads(threads)
-        draw_figures(scenario, results_dir, labels)  # what was measured, cut runs marked
+        draw_figures(scenario, results_dir, ours())  # what was measured, cut runs marked
     return results_dir
+
+
+def _refusal(results_dir: Path, found: Found) -> list[str]:
+    """Why --resume will not go on: the runs whose settings differ, and what to do."""
+    changed = list(found.changed.items())
+    return [
+        f"--resume: {results_dir} holds runs with other settings than this study would run "
+        "(resuming would mix two studies):",
+        *(f"{label}: {difference}" for label, difference in changed[:10]),
+        *([f"and {len(changed) - 10} more"] if len(changed) > 10 else []),
+        "run with the settings those runs had, without --resume to replace them, or with "
+        "another --output",
+    ]
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def draw_figures(scenario: Scenario, results_dir: Path, labels: Sequence[str]) -> None:
@@ -273,6 +435,7 @@ def _ray_task(payload: tuple[dict, str]) -> dict[str, bytes]:
 
 
 def _write_files(run_dir: Path, files: dict[str, bytes]) -> None:
+    clear_run_folder(run_dir)
     for name, content in files.items():
         path = run_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)

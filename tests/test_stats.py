@@ -10,11 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from matplotlib.figure import Figure
 
 import analysis.style
 from analysis import compare_rows, find_runs, format_table, kaplan_meier, mean_curve, plot_runs
 from analysis.pareto import plot_pareto
+from analysis.results import MixedScenariosError, group_seeds
 from analysis.stats import CSV_COLUMNS, across_seeds, pareto_front
 from fedsim.cli import _print_across_seeds, main
 from fedsim.results.files import ENERGY_COLUMNS, ENERGY_TOTALS, METRICS_COLUMNS
@@ -322,6 +324,34 @@ def test_fedsim_compare_reports_bad_folders(tmp_path: Path, capsys, problem: str
     captured = capsys.readouterr()
     assert captured.err.startswith("error: compare:") and "Traceback" not in captured.err
     assert captured.out == ""
+
+
+def _resolved(folder: Path, seed: int, rounds: int) -> None:
+    """A scenario.yaml as a run of a seed sweep writes it (the parts that matter here)."""
+    scenario = {
+        "name": "toy", "seed": seed, "run": {"rounds": rounds},
+        "algorithms": [{"name": "fedavg", "label": folder.name}],
+        "output": {"dir": str(folder.parent.parent / f"out{seed}"), "events": False},
+        "sweep": {},
+    }  # fmt: skip
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+
+
+def test_seeds_of_different_scenarios_are_not_one_row(tmp_path: Path, capsys) -> None:
+    toy = _sweep(tmp_path)
+    for seed in (1, 2, 3):  # seed, label and output differ: one scenario's seeds
+        _resolved(toy / f"fedavg@seed={seed}", seed, rounds=4)
+    assert [len(group.runs) for group in group_seeds(find_runs([toy]))] == [3, 1, 2]
+    _resolved(toy / "fedavg@seed=3", 3, rounds=3)  # an earlier study's run left in the folder
+    with pytest.raises(MixedScenariosError, match=r"run\.rounds: 4 vs 3"):
+        group_seeds(find_runs([toy]))
+    for command in (["compare", str(toy)], ["plot", str(toy), "--out", str(tmp_path / "png")]):
+        assert main(command) == 2
+        captured = capsys.readouterr()
+        assert "fedavg: the runs fedavg@seed=1 and fedavg@seed=3" in captured.err
+        assert "run.rounds: 4 vs 3" in captured.err and "Traceback" not in captured.err
+        assert captured.out == ""
+    assert not (tmp_path / "png" / "time_to_accuracy.png").exists()
 
 
 def test_fedsim_compare_refuses_an_unknown_format(tmp_path: Path, capsys) -> None:
