@@ -25,7 +25,7 @@ from fedsim.config import (
     parse_scenario,
 )
 from fedsim.results.files import COLLABORATION_FILE, SUMMARY_FILE
-from fedsim.sim.event_check import check_events, format_report
+from fedsim.sim.event_check import check_events, format_report, not_an_events_file
 
 EXIT_BAD_INPUT = 2
 THREADS_ENV_VAR = "FEDSIM_THREADS"
@@ -43,7 +43,7 @@ def _validate(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             scenario = load_scenario(path, args.set)
-            problems = _data_problems(scenario, with_files=args.data)
+            problems = _results_problems(scenario) + _data_problems(scenario, with_files=args.data)
         except ScenarioError as error:
             status = _report(error)
             continue
@@ -53,6 +53,35 @@ def _validate(args: argparse.Namespace) -> int:
         labels = ", ".join(a.run_label for a in scenario.algorithms)
         print(f"{path}: ok (scenario {scenario.name!r}; runs: {labels})")
     return status
+
+
+def _results_problems(scenario: Scenario, source: str = "output.dir") -> list[str]:
+    """The results folder (``<output.dir>/<name>``, per sweep point) must be a folder or be
+    creatable: no file may stand there or where a folder above it goes."""
+    folders = dict.fromkeys(variant.results_dir() for variant in scenario.variants())
+    problems = dict.fromkeys(_folder_problem(folder) for folder in folders)
+    return [f"{source}: {p} (results go to <output.dir>/<name>)" for p in problems if p]
+
+
+def _folder_problem(path: Path) -> str | None:
+    """Why no folder can be made at ``path`` (a file stands there, or where a folder above it
+    goes); None if it is a folder or can be made."""
+    for place in (path, *path.parents):
+        if place.is_dir():
+            return None
+        if place.exists():
+            inside = "" if place == path else f", so the folder {path} cannot be made"
+            return f"{place} is a file, not a folder{inside}"
+    return None
+
+
+def _file_problem(flag: str, path: Path) -> str | None:
+    """Why ``path`` cannot be written as a file: it is a folder, or its folder is missing."""
+    if path.is_dir():
+        return f"{flag}: {path} is a folder, not a file"
+    if not path.parent.is_dir():
+        return f"{flag}: no folder {path.parent} to write into"
+    return None
 
 
 def _data_problems(scenario: Scenario, with_files: bool) -> list[str]:
@@ -103,6 +132,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.output is not None:
         output = scenario.output.model_copy(update={"dir": args.output})
         scenario = scenario.model_copy(update={"output": output})
+    source = "output.dir" if args.output is None else "--output"
+    problems = _results_problems(scenario, source)
+    if problems:
+        raise ScenarioError(source, problems)
     terminate_as_interrupt()
     try:
         results_dir = run_study(
@@ -164,10 +197,9 @@ def _budget(args: argparse.Namespace) -> int:
     from fedsim.budget import budget_algorithm, format_budgets  # torch: only for a budget
     from fedsim.runner import build_dataset, build_trainers, select_algorithms  # torch
 
-    if args.json is not None and not args.json.parent.is_dir():
-        raise ScenarioError("--json", [f"--json: no folder {args.json.parent} to write into"])
-    if args.json is not None and args.json.is_dir():
-        raise ScenarioError("--json", [f"--json: {args.json} is a folder, not a file"])
+    problem = None if args.json is None else _file_problem("--json", args.json)
+    if problem is not None:
+        raise ScenarioError("--json", [problem])
     scenario = load_scenario(args.file, args.set)
     if args.rounds is not None:
         scenario = _override(scenario, "run", "rounds", args.rounds, "--rounds")
@@ -192,8 +224,9 @@ def _budget(args: argparse.Namespace) -> int:
 def _check_events(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
-        if not path.is_file():
-            status = _report(ScenarioError(str(path), ["no such events file"]))
+        problem = "no such events file" if not path.is_file() else not_an_events_file(path)
+        if problem is not None:
+            status = _report(ScenarioError(str(path), [problem]))
             continue
         report = check_events(path)
         print(f"{path}:\n{format_report(report)}")
@@ -208,6 +241,9 @@ def _plot(args: argparse.Namespace) -> int:
     from analysis.weights import plot_collaboration_figures  # matplotlib: only to draw
 
     out = args.out or (args.dirs[0] if len(args.dirs) == 1 else Path("."))
+    problem = _folder_problem(out)
+    if problem is not None:
+        return _report(ScenarioError("plot", [f"--out: {problem}"]))
     try:
         runs = find_runs(args.dirs)
         written = plot_runs(runs, out, args.target)  # first: it refuses mixed seed groups
@@ -263,6 +299,9 @@ def _compare(args: argparse.Namespace) -> int:
     written to --out."""
     from analysis import compare_rows, find_runs, format_table  # matplotlib (analysis)
 
+    problem = None if args.out is None else _file_problem("--out", args.out)
+    if problem is not None:
+        return _report(ScenarioError("compare", [problem]))
     try:
         table = format_table(compare_rows(find_runs(args.dirs)), args.format)
         if args.out is not None:

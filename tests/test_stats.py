@@ -324,6 +324,8 @@ def test_fedsim_compare_reports_bad_folders(tmp_path: Path, capsys, problem: str
     captured = capsys.readouterr()
     assert captured.err.startswith("error: compare:") and "Traceback" not in captured.err
     assert captured.out == ""
+    if problem == "out folder":  # the flag and the folder named, not an errno text
+        assert f"--out: no folder {tmp_path / 'no'} to write into" in captured.err
 
 
 def _resolved(folder: Path, seed: int, rounds: int) -> None:
