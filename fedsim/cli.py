@@ -28,6 +28,8 @@ from fedsim.results.files import COLLABORATION_FILE, SUMMARY_FILE
 from fedsim.sim.event_check import check_events, format_report, not_an_events_file
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 THREADS_ENV_VAR = "FEDSIM_THREADS"
 
 
@@ -126,7 +128,7 @@ def _override(scenario: Scenario, section: str, key: str, value: object, source:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fedsim.study import run_study, study_labels, terminate_as_interrupt  # torch: to train
+    from fedsim import study  # torch: only to train
 
     scenario = _with_threads(load_scenario(args.file, args.set), args)
     if args.output is not None:
@@ -136,19 +138,22 @@ def _run(args: argparse.Namespace) -> int:
     problems = _results_problems(scenario, source)
     if problems:
         raise ScenarioError(source, problems)
-    terminate_as_interrupt()
+    study.terminate_as_interrupt()
+    results_dir = scenario.results_dir()
     try:
-        results_dir = run_study(
+        study.run_study(
             scenario, only=args.only, workers=args.workers, resume=args.resume,
             use_ray=args.ray is not None, ray_address=args.ray or None,
             show_progress=not args.quiet,
         )  # fmt: skip
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: what was measured is in {scenario.results_dir()}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        terminated = isinstance(stop, study.Terminated)
+        by = " by SIGTERM" if terminated else ""
+        print(f"\ninterrupted{by}: what was measured is in {results_dir}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     summaries = [  # this study's runs only, not the run folders an earlier one left there
         json.loads((results_dir / label / SUMMARY_FILE).read_text())
-        for label in sorted(study_labels(results_dir) or [])
+        for label in sorted(study.study_labels(results_dir) or [])
         if (results_dir / label / SUMMARY_FILE).exists()
     ]
     for summary in summaries:
@@ -405,6 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except ScenarioError as error:
         return _report(error)
+    except KeyboardInterrupt:  # e.g. while torch loads; a run says more itself (_run)
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

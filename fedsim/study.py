@@ -17,13 +17,15 @@ on the count) and small models gain little from them, while N workers x 1 thread
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,8 +220,8 @@ def run_study(
     other settings, since resuming would mix two studies. The figures draw only this study's
     runs: a run folder left by an earlier study is drawn only once this study has rewritten it.
 
-    Raises KeyboardInterrupt (also on SIGTERM, see ``terminate_as_interrupt``) after the runs
-    in progress have flushed what they measured (``"complete": false``).
+    Raises KeyboardInterrupt (``Terminated`` on SIGTERM, see ``terminate_as_interrupt``) after
+    the runs in progress have flushed what they measured (``"complete": false``).
     """
     if workers < 1:
         raise ScenarioError("--workers", [f"--workers: at least 1, got {workers}"])
@@ -327,15 +329,30 @@ def _data_key(variant: Scenario) -> str:
 _worker_progress: dict | None = None
 
 
+_worker_running = False  # in a worker: whether a run is in progress (it has files to flush)
+
+
 def _start_worker(progress: dict | None) -> None:
-    """In each worker: SIGTERM interrupts like Ctrl-C (the run flushes and says incomplete)."""
+    """In each worker: Ctrl-C is ignored (a terminal sends it to every process of its group;
+    the driver answers it with SIGTERM), and SIGTERM stops the run in progress like Ctrl-C (it
+    flushes and says incomplete), then ends the worker quietly: the driver's one line says
+    what happened, not a traceback per worker."""
     global _worker_progress
     _worker_progress = progress
-    terminate_as_interrupt()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _worker_terminated)
+
+
+def _worker_terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: another must not cut the flush short
+    if _worker_running:
+        raise Terminated(f"signal {signum}")
+    raise SystemExit(128 + signal.SIGTERM)  # between runs: nothing to flush
 
 
 def _work(payload: tuple[dict, str]) -> str:
     """Run one job in a worker process (its own dataset: runs share nothing)."""
+    global _worker_running
     data, label = payload
     variant = parse_scenario(data, label)
     [algorithm] = [a for a in variant.algorithms if a.run_label == label]
@@ -347,10 +364,16 @@ def _work(payload: tuple[dict, str]) -> str:
         def progress(round_index: int, time_s: float) -> None:
             shared[label] = time_s
 
-    run_algorithm(
-        variant, algorithm, dataset, build_trainers(variant, dataset), show_progress=False,
-        progress=progress,
-    )  # fmt: skip
+    _worker_running = True
+    try:
+        run_algorithm(
+            variant, algorithm, dataset, build_trainers(variant, dataset), show_progress=False,
+            progress=progress,
+        )  # fmt: skip
+    except KeyboardInterrupt:  # the run has flushed; a SystemExit ends the worker quietly
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        _worker_running = False
     return label
 
 
@@ -358,10 +381,13 @@ def _on_pool(
     jobs: list[Job], workers: int, display: _Progress, finished: Callable[[str], None]
 ) -> None:
     context = multiprocessing.get_context("spawn")  # no forked torch state in the workers
-    with context.Manager() as manager:
+    with _children_ignore_ctrl_c():
+        manager_context = context.Manager()
+    with manager_context as manager:
         shared = manager.dict() if display.enabled else None
         display.watch(shared)
-        pool = context.Pool(min(workers, len(jobs)), _start_worker, (shared,))
+        with _children_ignore_ctrl_c():
+            pool = context.Pool(min(workers, len(jobs)), _start_worker, (shared,))
         try:
             labels = pool.imap_unordered(_work, [job.payload() for job in jobs])
             for _ in jobs:
@@ -445,14 +471,36 @@ def _write_files(run_dir: Path, files: dict[str, bytes]) -> None:
 # --- signals and progress ---
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that the runs flush; the command exits 143, not 130."""
+
+
 def terminate_as_interrupt() -> None:
-    """Handle SIGTERM like SIGINT: raise KeyboardInterrupt, so a run flushes its rows and
-    writes ``"complete": false`` before the process exits."""
+    """Handle SIGTERM like SIGINT: raise ``Terminated`` (a KeyboardInterrupt), so a run flushes
+    its rows and writes ``"complete": false`` before the process exits. Only the first: a
+    second SIGTERM (e.g. sent to the whole process group and again by the driver) must not cut
+    the flush short."""
 
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+@contextlib.contextmanager
+def _children_ignore_ctrl_c() -> Iterator[None]:
+    """Processes started inside inherit SIGINT ignored (Python keeps an ignored SIGINT through
+    exec), so a Ctrl-C while a spawned worker is still importing torch does not print its
+    traceback; the driver misses a Ctrl-C only during these few milliseconds."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a study run from a thread keeps them
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _Progress:

@@ -71,13 +71,38 @@ def test_a_sweep_stopped_by_sigterm_and_resumed_equals_an_uninterrupted_one(tmp_
         time.sleep(0.05)  # until the second run has measured something
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode != 0
-    assert b"Traceback" not in stderr and b"interrupted" in stderr
+    assert process.returncode == 143  # 128 + SIGTERM, not Ctrl-C's 130
+    assert b"Traceback" not in stderr and b"interrupted by SIGTERM" in stderr
     summaries = [json.loads(p.read_text()) for p in (tmp_path / "cut").rglob("summary.json")]
     assert any(s["complete"] is False for s in summaries)  # the run cut short says so
     resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, check=True)
     assert b"Traceback" not in resumed.stderr
     assert files_of(tmp_path / "cut" / "tiny") == files_of(whole)
+
+
+def test_ctrl_c_of_a_study_on_workers_prints_one_line_and_every_run_flushes(tmp_path):
+    """A terminal's Ctrl-C reaches every process of the group: the workers print nothing."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(sweep(tmp_path, "cut", rounds=400)))
+    command = [sys.executable, "-m", "fedsim", "run", str(path), "--quiet", "--workers", "2"]
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    process = subprocess.Popen(
+        command, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+    )
+    results = tmp_path / "cut" / "tiny"
+    started = [results / f"fedavg@seed={seed}" / "metrics.csv" for seed in (1, 2)]
+    while process.poll() is None and not all(
+        m.exists() and m.read_text().count("\n") > 2 for m in started
+    ):
+        time.sleep(0.05)  # until both workers' runs have measured something
+    os.killpg(process.pid, signal.SIGINT)  # as the terminal does
+    _, stderr = process.communicate()
+    assert process.returncode == 130
+    lines = [line for line in stderr.decode().splitlines() if line.strip()]
+    assert lines == [f"interrupted: what was measured is in {results}"]
+    summaries = [json.loads((m.parent / "summary.json").read_text()) for m in started]
+    assert [s["complete"] for s in summaries] == [False, False]  # both flushed before exiting
+    assert all(s["rounds"] >= 2 for s in summaries)
 
 
 def test_workers_must_be_at_least_one(tmp_path, capsys):
