@@ -168,16 +168,17 @@ def _print_across_seeds(summaries: list[dict]) -> None:
 
     aggregates = across_seeds(summaries)
     if aggregates:
-        print("across seeds (mean ± sd of the final mean accuracy):")
+        print("across seeds (mean ± sample sd of the final mean accuracy):")
     for a in sorted(aggregates, key=lambda a: -a.final_mean):
         time = (
             ""
             if a.km_median_time_to_target_s is None
             else f", KM median {a.km_median_time_to_target_s:.1f}s"
         )
+        spread = "% (no sd: one seed)" if a.final_std is None else f" ± {100 * a.final_std:.1f}%"
         print(
-            f"{a.label:>16}: final {100 * a.final_mean:.1f} ± {100 * a.final_std:.1f}% "
-            f"(worst client {100 * a.worst_mean:.1f}%) over {a.seeds} seeds, "
+            f"{a.label:>16}: final {100 * a.final_mean:.1f}{spread} "
+            f"(worst client {100 * a.worst_mean:.1f}%) over {a.seeds} seed{'s' * (a.seeds > 1)}, "
             f"target reached in {a.reached}/{a.seeds} ({a.reached / a.seeds:.0%}){time}"
         )
 
@@ -205,9 +206,8 @@ def _budget(args: argparse.Namespace) -> int:
     problem = None if args.json is None else _file_problem("--json", args.json)
     if problem is not None:
         raise ScenarioError("--json", [problem])
-    scenario = load_scenario(args.file, args.set)
-    if args.rounds is not None:
-        scenario = _override(scenario, "run", "rounds", args.rounds, "--rounds")
+    rounds = {} if args.rounds is None else {f"--rounds {args.rounds}": f"run.rounds={args.rounds}"}
+    scenario = load_scenario(args.file, args.set, rounds)  # --set checked with --rounds applied
     budgets, skipped = [], []
     for variant in scenario.variants():
         dataset = build_dataset(variant, timing_only=True)

@@ -378,6 +378,20 @@ def test_fedsim_run_prints_the_km_median_across_seeds(capsys) -> None:
     assert "target reached in 2/3 (67%), KM median 30.0s" in out
 
 
+def test_fedsim_run_prints_the_sample_sd_across_seeds_and_none_for_one_seed(capsys) -> None:
+    summaries = [
+        {"algorithm": label, "final_accuracy": final, "final_worst_accuracy": 0.5,
+         "time_to_target_s": None, "time_s": 40.0}
+        for label, final in (("cobo@seed=1", 0.70), ("cobo@seed=2", 0.74), ("local@seed=1", 0.6))
+    ]  # fmt: skip
+    _print_across_seeds(summaries)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "across seeds (mean ± sample sd of the final mean accuracy):"
+    # sample sd of 0.70 and 0.74: 0.02·√2 = 2.8 points (the population sd would say 2.0)
+    assert "cobo: final 72.0 ± 2.8% (worst client 50.0%) over 2 seeds" in lines[1]
+    assert "local: final 60.0% (no sd: one seed) (worst client 50.0%) over 1 seed," in lines[2]
+
+
 # --- figures ----------------------------------------------------------------------------------
 
 
