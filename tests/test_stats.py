@@ -443,6 +443,22 @@ def test_plot_runs_without_seeds_draws_no_pareto(tmp_path: Path) -> None:
         _assert_png(path)
 
 
+def test_pareto_costs_start_at_zero_with_a_single_point(tmp_path: Path, monkeypatch) -> None:
+    """One label reaching the target: matplotlib would centre the axes on its point, showing
+    negative seconds and megabytes."""
+    figures: list[Figure] = []
+    monkeypatch.setattr("analysis.style.save", lambda figure, out_path: figures.append(figure))
+    toy = _sweep(tmp_path)
+    for seed in (1, 2):
+        shutil.rmtree(toy / f"zcobo@seed={seed}")  # fedavg alone reaches the target
+    plot_pareto(find_runs([toy]), tmp_path / "pareto.png")
+    by_time, by_bytes = figures[0].axes
+    for ax in (by_time, by_bytes):
+        [x] = {float(line.get_xdata()[0]) for line in ax.get_lines() if line.get_marker() == "o"}
+        low, high = ax.get_xlim()
+        assert low == 0.0 and x < high
+
+
 def test_plot_pareto_from_rows_and_from_runs(tmp_path: Path) -> None:
     toy = _sweep(tmp_path)
     runs = find_runs([toy])
