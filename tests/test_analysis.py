@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from analysis import (
     Run,
@@ -185,6 +187,25 @@ def test_plot_time_to_accuracy_writes_png(tmp_path: Path) -> None:
     out = plot_time_to_accuracy(runs, tmp_path / "plots" / "time.png", target_accuracy=0.8)
     assert out == tmp_path / "plots" / "time.png"
     _assert_png(out)
+
+
+def test_time_figure_keeps_its_legend_off_the_data_and_a_full_client_band_faint(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The quickstart's FedAvg: clients p10-p90 spanning 0-100% (label groups)."""
+    figures: list[Figure] = []
+    monkeypatch.setattr("analysis.style.save", lambda figure, out_path: figures.append(figure))
+    wide = _run([0.0, 10.0, 20.0], [0.2, 0.5, 0.6])
+    wide.columns["p90_accuracy"][:] = 1.0  # p10 stays 0
+    plot_time_to_accuracy([wide], tmp_path / "time.png", target_accuracy=0.7)
+    [ax] = figures[0].axes
+    renderer = FigureCanvasAgg(figures[0]).get_renderer()
+    legend, axes = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert legend.x0 >= axes.x1  # beside the axes, over no curve
+    [band] = ax.collections
+    assert band.get_alpha() <= 0.1
+    # the band's edge drawn as a thin line, so a faint band keeps its shape
+    assert any(list(line.get_ydata()) == [100.0] * 3 for line in ax.get_lines())
 
 
 def test_plot_time_to_accuracy_without_target_writes_png(tmp_path: Path) -> None:
