@@ -233,16 +233,19 @@ def group_seeds(runs: Sequence[Run]) -> list[RunGroup]:
     """The runs grouped by their label without ``seed=N`` (first-seen order); a run whose label
     has no seed part is a group of its own, even if a seeded group has its label.
 
-    The runs of a group must be runs of one scenario: their ``scenario.yaml`` may differ only
-    in what a seed sweep changes (``seed_free``); otherwise MixedScenariosError names two of
-    them and the first key they differ in (e.g. runs of an earlier study with other
-    ``run.rounds`` left in the folder). Runs without a ``scenario.yaml`` are not checked."""
+    The runs shown under one label (a group, and a run without a seed part of that label)
+    must be runs of one scenario: their ``scenario.yaml`` may differ only in what a seed sweep
+    changes (``seed_free``); otherwise MixedScenariosError names two of them and the first key
+    they differ in (e.g. runs of an earlier study with other ``run.rounds`` left in the folder).
+    Runs without a ``scenario.yaml`` are not checked."""
     groups: dict[tuple[str, int | None], list[Run]] = {}
+    shown_as: dict[str, list[Run]] = {}
     for index, run in enumerate(runs):
         unseeded = without_seed(run.label)
         key = (run.label, index) if unseeded is None else (unseeded, None)
         groups.setdefault(key, []).append(run)
-    for (label, _), members in groups.items():
+        shown_as.setdefault(key[0], []).append(run)
+    for label, members in shown_as.items():
         _check_one_scenario(label, members)
     return [
         RunGroup(label=label, runs=tuple(members), seeded=alone is None)

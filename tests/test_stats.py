@@ -356,6 +356,21 @@ def test_seeds_of_different_scenarios_are_not_one_row(tmp_path: Path, capsys) ->
     assert not (tmp_path / "png" / "time_to_accuracy.png").exists()
 
 
+def test_a_run_without_seed_and_a_seed_group_of_its_label_must_be_one_scenario(
+    tmp_path: Path,
+) -> None:
+    """`fedsim run quickstart.yaml --set sweep.seed=[1] --set run.rounds=3 --only local` after
+    a full run: ``local`` (30 rounds) and ``local@seed=1`` (3) would be two rows "local"."""
+    toy = tmp_path / "toy"
+    for label, rounds in (("local", 30), ("local@seed=1", 3)):
+        _write_run(toy, label, [0, 10, 20], [0.1, 0.2, 0.3])
+        _resolved(toy / label, 1, rounds)
+    with pytest.raises(MixedScenariosError, match=r"the runs local and local@seed=1 .*30 vs 3"):
+        compare_rows(find_runs([toy]))
+    _resolved(toy / "local@seed=1", 2, 30)  # the same scenario, another seed: two rows
+    assert [row.label for row in compare_rows(find_runs([toy]))] == ["local", "local"]
+
+
 def test_fedsim_compare_refuses_an_unknown_format(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit) as stop:
         main(["compare", str(_sweep(tmp_path)), "--format", "tex"])
