@@ -27,14 +27,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
-import yaml
 from tqdm import tqdm
 
 from analysis.figures import plot_results
-from analysis.results import first_difference, read_scenario
+from analysis.results import first_difference, load_yaml, read_scenario
 from fedsim.config import AlgorithmConfig, Scenario, ScenarioError, parse_scenario
 from fedsim.learn.execution import configure_threads
 from fedsim.results.files import (
@@ -72,9 +72,15 @@ class Job:
         """What a worker needs to run it: the variant as plain data, and the label."""
         return self.variant.model_dump(mode="json"), self.label
 
+    @cached_property
     def resolved_yaml(self) -> str:
         """The run's ``scenario.yaml``, as the runner writes it."""
         return self.variant.to_yaml([self.algorithm])
+
+    @cached_property
+    def sha256(self) -> str:
+        """``scenario_sha256`` of ``resolved_yaml`` read back, as a reader of the file gets it."""
+        return scenario_sha256(load_yaml(self.resolved_yaml))
 
 
 def plan(scenario: Scenario, only: Sequence[str] | None = None) -> list[Job]:
@@ -144,8 +150,8 @@ def survey(results_dir: Path, jobs: Sequence[Job], resume: bool) -> Found:
             there = read_scenario(run_dir)
         except ValueError:
             there = None  # unreadable: its settings are unknown, it is run again
-        now = yaml.safe_load(job.resolved_yaml())
-        if there is not None and scenario_sha256(there) != scenario_sha256(now):
+        if there is not None and scenario_sha256(there) != job.sha256:
+            now = load_yaml(job.resolved_yaml)
             key, before, after = first_difference(
                 scenario_identity(there), scenario_identity(now)
             ) or ("(unknown)", "", "")
@@ -176,8 +182,8 @@ def write_manifest(scenario: Scenario, jobs: Sequence[Job], results_dir: Path) -
     """``study.json``: the study's runs and the hash of each one's resolved scenario."""
     manifest = {
         "scenario": scenario.name,
-        "scenario_sha256": scenario_sha256(yaml.safe_load(scenario.to_yaml())),
-        "runs": {job.label: scenario_sha256(yaml.safe_load(job.resolved_yaml())) for job in jobs},
+        "scenario_sha256": scenario_sha256(load_yaml(scenario.to_yaml())),
+        "runs": {job.label: job.sha256 for job in jobs},
     }
     (results_dir / STUDY_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
 
@@ -235,7 +241,7 @@ def run_study(
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / SCENARIO_FILE).write_text(scenario.to_yaml())
     write_manifest(scenario, jobs, results_dir)
-    resolved = {job.label: job.resolved_yaml() for job in jobs}
+    resolved = {job.label: job.resolved_yaml for job in jobs}
     todo = [job for job in jobs if job.label not in found.kept]
     display = _Progress(len(jobs), len(jobs) - len(todo), show_progress)
 
