@@ -102,7 +102,7 @@ class Found:
     others: list[str] = field(default_factory=list)  # run folders of no run of this study: kept
     kept: list[str] = field(default_factory=list)  # --resume: complete, same scenario: skipped
     again: list[str] = field(default_factory=list)  # this study's, same (or unknown) scenario
-    changed: dict[str, str] = field(default_factory=dict)  # label: what differs ("key: a, b")
+    changed: dict[str, str] = field(default_factory=dict)  # label: "key is a there, b now"
 
     def lines(self, results_dir: Path) -> list[str]:
         """One line per kind of thing found, for the user before the study starts."""
@@ -140,10 +140,8 @@ def survey(results_dir: Path, jobs: Sequence[Job], resume: bool) -> Found:
         if not run_dir.exists():
             continue
         if not run_dir.is_dir():
-            raise ScenarioError(
-                "output.dir", [f"output.dir: {run_dir} is a file where the run {job.label} "
-                               "writes its folder: move it away"]
-            )  # fmt: skip
+            problem = f"output.dir: {run_dir} is a file where the run {job.label} writes its folder"
+            raise ScenarioError("output.dir", [problem + ": move it away"])
         if not _holds_a_run(run_dir):
             continue
         try:
