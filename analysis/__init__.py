@@ -8,7 +8,15 @@ from analysis.churn import Recovery, load_activity, plot_active_clients, recover
 from analysis.figures import plot_results, plot_runs
 from analysis.pareto import plot_pareto
 from analysis.plots import plot_accuracy_vs_bytes, plot_time_to_accuracy
-from analysis.results import Run, RunGroup, find_runs, group_seeds, load_run, time_to_target
+from analysis.results import (
+    MixedScenariosError,
+    Run,
+    RunGroup,
+    find_runs,
+    group_seeds,
+    load_run,
+    time_to_target,
+)
 from analysis.stats import (
     CompareRow,
     KaplanMeier,
@@ -25,6 +33,7 @@ __all__ = [
     "CompareRow",
     "KaplanMeier",
     "MeanCurve",
+    "MixedScenariosError",
     "Recovery",
     "Run",
     "RunGroup",

@@ -45,6 +45,9 @@ def _pareto_panel(
     if left_out:
         note = "not shown (KM median time to target not reached): " + ", ".join(left_out)
         ax.text(0.01, 0.01, note, transform=ax.transAxes, fontsize="x-small", color="0.35")
+    # Costs start at 0: a lone point would be centred in an axis reaching below it (-MB, -s).
+    right = ax.get_xlim()[1] if x.size == 0 else max(ax.get_xlim()[1], 1.15 * x.max())
+    ax.set_xlim(0.0, right)
     ax.set_xlabel(xlabel)
     ax.grid(True, alpha=0.3)
 

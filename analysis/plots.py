@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib import colors
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -25,6 +26,7 @@ from analysis.stats import BYTES_PER_MB, mean_curve, outcomes_km, run_outcome
 TIME_TO_ACCURACY_FILE = "time_to_accuracy.png"
 ACCURACY_VS_BYTES_FILE = "accuracy_vs_bytes.png"
 _SEED_BAND = "95% CI of the mean over seeds"
+_CLIENT_BAND_ALPHA = 0.08
 
 
 def _draw_groups(
@@ -50,15 +52,13 @@ def _draw_run_against_time(ax: Axes, run: Run, colour, target_accuracy: float | 
         return
     time = run.columns["time_s"]
     accuracy, name = style.percent(run, "accuracy"), style.run_name(run)
-    ax.plot(time, accuracy, color=colour, label=name, **style.line_style(run))
-    ax.fill_between(
-        time,
-        style.percent(run, "p10_accuracy"),
-        style.percent(run, "p90_accuracy"),
-        color=colour,
-        alpha=0.18,
-        linewidth=0,
-    )
+    ax.plot(time, accuracy, color=colour, label=name, zorder=3, **style.line_style(run))
+    # Faint, with thin edges: under label skew the clients' band can span 0-100% and would
+    # otherwise bury the mean lines of every run.
+    low, high = style.percent(run, "p10_accuracy"), style.percent(run, "p90_accuracy")
+    ax.fill_between(time, low, high, color=colour, alpha=_CLIENT_BAND_ALPHA, linewidth=0)
+    for edge in (low, high):
+        ax.plot(time, edge, color=colour, alpha=0.5, linewidth=0.6)
     ax.plot(time, style.percent(run, "worst_accuracy"), color=colour, linestyle=":", linewidth=0.9)
     if target_accuracy is not None:
         _mark_target(ax, time_to_target(run, target_accuracy), target_accuracy, colour, "o")
@@ -124,7 +124,7 @@ def plot_time_to_accuracy(
     Runs whose labels differ only in ``seed=N`` are one curve instead: the mean over the seeds,
     the 95% confidence band of that mean, and their Kaplan–Meier median time to target."""
     style.require_runs(runs)
-    figure = Figure(figsize=(7, 4.5))
+    figure = Figure(figsize=(9, 4.5))  # 7 x 4.5 of axes and the legend to their right
     ax = figure.add_subplot()
     groups = _draw_groups(
         runs,
@@ -136,7 +136,12 @@ def plot_time_to_accuracy(
     explanation = []
     if not all(group.seeded for group in groups):
         explanation += [
-            Patch(color=style.EXPLANATION_COLOUR, alpha=0.3, label="clients p10–p90"),
+            Patch(
+                facecolor=(*colors.to_rgb(style.EXPLANATION_COLOUR), 3 * _CLIENT_BAND_ALPHA),
+                edgecolor=style.EXPLANATION_COLOUR,
+                linewidth=0.6,
+                label="clients p10–p90",
+            ),
             Line2D([], [], color=style.EXPLANATION_COLOUR, linestyle=":", label="worst client"),
         ]
     if seeded:
@@ -156,7 +161,14 @@ def plot_time_to_accuracy(
             )
         )
     handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=handles + explanation, loc="lower right", fontsize="small")
+    # Beside the axes, not over the curves (a run's band may fill the whole plot).
+    ax.legend(
+        handles=handles + explanation,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+        fontsize="small",
+    )
     ax.set_xlabel("Simulated time (s)")
     ax.set_ylabel("Test accuracy (%)")
     ax.set_title("Accuracy vs simulated time")

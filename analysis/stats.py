@@ -470,7 +470,7 @@ class SeedAggregate:
     label: str  # the run label without its ``seed=N`` part
     seeds: int
     final_mean: float
-    final_std: float  # population standard deviation over the seeds (0 for one seed)
+    final_std: float | None  # sample standard deviation (ddof 1) over the seeds; None for one
     worst_mean: float
     reached: int  # seeds whose run reached the target accuracy
     median_time_to_target_s: float | None  # over the seeds that reached it
@@ -499,7 +499,7 @@ def across_seeds(summaries: Sequence[dict]) -> list[SeedAggregate]:
                 label=label,
                 seeds=len(runs),
                 final_mean=float(finals.mean()),
-                final_std=float(finals.std()),
+                final_std=float(finals.std(ddof=1)) if finals.size > 1 else None,
                 worst_mean=float(worst.mean()),
                 reached=len(times),
                 median_time_to_target_s=float(np.median(times)) if times else None,

@@ -24,10 +24,12 @@ from fedsim.config import (
     load_scenario,
     parse_scenario,
 )
-from fedsim.results.files import COLLABORATION_FILE
-from fedsim.sim.event_check import check_events, format_report
+from fedsim.results.files import COLLABORATION_FILE, SUMMARY_FILE
+from fedsim.sim.event_check import check_events, format_report, not_an_events_file
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 THREADS_ENV_VAR = "FEDSIM_THREADS"
 
 
@@ -43,7 +45,7 @@ def _validate(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             scenario = load_scenario(path, args.set)
-            problems = _data_problems(scenario, with_files=args.data)
+            problems = _results_problems(scenario) + _data_problems(scenario, with_files=args.data)
         except ScenarioError as error:
             status = _report(error)
             continue
@@ -53,6 +55,35 @@ def _validate(args: argparse.Namespace) -> int:
         labels = ", ".join(a.run_label for a in scenario.algorithms)
         print(f"{path}: ok (scenario {scenario.name!r}; runs: {labels})")
     return status
+
+
+def _results_problems(scenario: Scenario, source: str = "output.dir") -> list[str]:
+    """The results folder (``<output.dir>/<name>``, per sweep point) must be a folder or be
+    creatable: no file may stand there or where a folder above it goes."""
+    folders = dict.fromkeys(variant.results_dir() for variant in scenario.variants())
+    problems = dict.fromkeys(_folder_problem(folder) for folder in folders)
+    return [f"{source}: {p} (results go to <output.dir>/<name>)" for p in problems if p]
+
+
+def _folder_problem(path: Path) -> str | None:
+    """Why no folder can be made at ``path`` (a file stands there, or where a folder above it
+    goes); None if it is a folder or can be made."""
+    for place in (path, *path.parents):
+        if place.is_dir():
+            return None
+        if place.exists():
+            inside = "" if place == path else f", so the folder {path} cannot be made"
+            return f"{place} is a file, not a folder{inside}"
+    return None
+
+
+def _file_problem(flag: str, path: Path) -> str | None:
+    """Why ``path`` cannot be written as a file: it is a folder, or its folder is missing."""
+    if path.is_dir():
+        return f"{flag}: {path} is a folder, not a file"
+    if not path.parent.is_dir():
+        return f"{flag}: no folder {path.parent} to write into"
+    return None
 
 
 def _data_problems(scenario: Scenario, with_files: bool) -> list[str]:
@@ -97,26 +128,33 @@ def _override(scenario: Scenario, section: str, key: str, value: object, source:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fedsim.study import run_study, terminate_as_interrupt  # torch: only to train
+    from fedsim import study  # torch: only to train
 
     scenario = _with_threads(load_scenario(args.file, args.set), args)
     if args.output is not None:
         output = scenario.output.model_copy(update={"dir": args.output})
         scenario = scenario.model_copy(update={"output": output})
-    terminate_as_interrupt()
+    source = "output.dir" if args.output is None else "--output"
+    problems = _results_problems(scenario, source)
+    if problems:
+        raise ScenarioError(source, problems)
+    study.terminate_as_interrupt()
+    results_dir = scenario.results_dir()
     try:
-        results_dir = run_study(
+        study.run_study(
             scenario, only=args.only, workers=args.workers, resume=args.resume,
             use_ray=args.ray is not None, ray_address=args.ray or None,
             show_progress=not args.quiet,
         )  # fmt: skip
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: what was measured is in {scenario.results_dir()}", file=sys.stderr)
-        return 130
-    summaries = [
-        json.loads((label_dir / "summary.json").read_text())
-        for label_dir in sorted(results_dir.iterdir())
-        if (label_dir / "summary.json").exists()
+    except KeyboardInterrupt as stop:
+        terminated = isinstance(stop, study.Terminated)
+        by = " by SIGTERM" if terminated else ""
+        print(f"\ninterrupted{by}: what was measured is in {results_dir}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    summaries = [  # this study's runs only, not the run folders an earlier one left there
+        json.loads((results_dir / label / SUMMARY_FILE).read_text())
+        for label in sorted(study.study_labels(results_dir) or [])
+        if (results_dir / label / SUMMARY_FILE).exists()
     ]
     for summary in summaries:
         print(_summary_line(summary))
@@ -130,16 +168,17 @@ def _print_across_seeds(summaries: list[dict]) -> None:
 
     aggregates = across_seeds(summaries)
     if aggregates:
-        print("across seeds (mean ± sd of the final mean accuracy):")
+        print("across seeds (mean ± sample sd of the final mean accuracy):")
     for a in sorted(aggregates, key=lambda a: -a.final_mean):
         time = (
             ""
             if a.km_median_time_to_target_s is None
             else f", KM median {a.km_median_time_to_target_s:.1f}s"
         )
+        spread = "% (no sd: one seed)" if a.final_std is None else f" ± {100 * a.final_std:.1f}%"
         print(
-            f"{a.label:>16}: final {100 * a.final_mean:.1f} ± {100 * a.final_std:.1f}% "
-            f"(worst client {100 * a.worst_mean:.1f}%) over {a.seeds} seeds, "
+            f"{a.label:>16}: final {100 * a.final_mean:.1f}{spread} "
+            f"(worst client {100 * a.worst_mean:.1f}%) over {a.seeds} seed{'s' * (a.seeds > 1)}, "
             f"target reached in {a.reached}/{a.seeds} ({a.reached / a.seeds:.0%}){time}"
         )
 
@@ -164,13 +203,11 @@ def _budget(args: argparse.Namespace) -> int:
     from fedsim.budget import budget_algorithm, format_budgets  # torch: only for a budget
     from fedsim.runner import build_dataset, build_trainers, select_algorithms  # torch
 
-    if args.json is not None and not args.json.parent.is_dir():
-        raise ScenarioError("--json", [f"--json: no folder {args.json.parent} to write into"])
-    if args.json is not None and args.json.is_dir():
-        raise ScenarioError("--json", [f"--json: {args.json} is a folder, not a file"])
-    scenario = load_scenario(args.file, args.set)
-    if args.rounds is not None:
-        scenario = _override(scenario, "run", "rounds", args.rounds, "--rounds")
+    problem = None if args.json is None else _file_problem("--json", args.json)
+    if problem is not None:
+        raise ScenarioError("--json", [problem])
+    rounds = {} if args.rounds is None else {f"--rounds {args.rounds}": f"run.rounds={args.rounds}"}
+    scenario = load_scenario(args.file, args.set, rounds)  # --set checked with --rounds applied
     budgets, skipped = [], []
     for variant in scenario.variants():
         dataset = build_dataset(variant, timing_only=True)
@@ -192,8 +229,9 @@ def _budget(args: argparse.Namespace) -> int:
 def _check_events(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
-        if not path.is_file():
-            status = _report(ScenarioError(str(path), ["no such events file"]))
+        problem = "no such events file" if not path.is_file() else not_an_events_file(path)
+        if problem is not None:
+            status = _report(ScenarioError(str(path), [problem]))
             continue
         report = check_events(path)
         print(f"{path}:\n{format_report(report)}")
@@ -207,20 +245,24 @@ def _plot(args: argparse.Namespace) -> int:
     from analysis import find_runs, plot_runs  # matplotlib: only to draw
     from analysis.weights import plot_collaboration_figures  # matplotlib: only to draw
 
+    out = args.out or (args.dirs[0] if len(args.dirs) == 1 else Path("."))
+    problem = _folder_problem(out)
+    if problem is not None:
+        return _report(ScenarioError("plot", [f"--out: {problem}"]))
     try:
         runs = find_runs(args.dirs)
+        written = plot_runs(runs, out, args.target)  # first: it refuses mixed seed groups
         collaborative = [run for run in runs if (run.path / COLLABORATION_FILE).is_file()]
-        written = [
+        written += [
             path
             for run in collaborative
             for path in plot_collaboration_figures(
                 run.path, None if args.out is None else args.out / run.label
             )
         ]
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError) as error:  # e.g. seeds of different scenarios
         return _report(ScenarioError("plot", [str(error)]))
-    out = args.out or (args.dirs[0] if len(args.dirs) == 1 else Path("."))
-    for path in [*plot_runs(runs, out, args.target), *written]:
+    for path in written:
         print(path)
     return 0
 
@@ -262,6 +304,9 @@ def _compare(args: argparse.Namespace) -> int:
     written to --out."""
     from analysis import compare_rows, find_runs, format_table  # matplotlib (analysis)
 
+    problem = None if args.out is None else _file_problem("--out", args.out)
+    if problem is not None:
+        return _report(ScenarioError("compare", [problem]))
     try:
         table = format_table(compare_rows(find_runs(args.dirs)), args.format)
         if args.out is not None:
@@ -365,6 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except ScenarioError as error:
         return _report(error)
+    except KeyboardInterrupt:  # e.g. while torch loads; a run says more itself (_run)
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

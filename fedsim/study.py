@@ -1,7 +1,13 @@
 """A scenario's runs (algorithms x sweep points x seeds) as independent jobs: one after another
 in this process, on a pool of worker processes (``workers``), or as Ray tasks (``ray``), each
 run writing its own folder exactly as it would alone; ``resume`` skips the runs whose
-``summary.json`` says complete and reruns the others from the start.
+``summary.json`` says complete and whose resolved scenario is the one it would run now, and
+reruns the others from the start.
+
+Before the runs start, the study says what it found in its results folder (run folders of an
+earlier study, runs replaced or kept) and writes its manifest (``study.json``: its labels and
+the hash of each run's resolved scenario), so its summary, its figures and a reader of the folder
+can tell its runs from those an earlier study left there.
 
 One run stays one process, one World, one seed: parallelism is across runs only, so a run's
 files do not depend on how many run beside it. Each worker trains with the scenario's
@@ -11,22 +17,35 @@ on the count) and small models gain little from them, while N workers x 1 thread
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from analysis.figures import plot_results
+from analysis.results import first_difference, load_yaml, read_scenario
 from fedsim.config import AlgorithmConfig, Scenario, ScenarioError, parse_scenario
 from fedsim.learn.execution import configure_threads
+from fedsim.results.files import (
+    METRICS_FILE,
+    SCENARIO_FILE,
+    STUDY_FILE,
+    SUMMARY_FILE,
+    scenario_identity,
+    scenario_sha256,
+)
+from fedsim.results.recorder import clear_run_folder
 from fedsim.runner import (
     build_dataset,
     build_trainers,
@@ -53,6 +72,16 @@ class Job:
         """What a worker needs to run it: the variant as plain data, and the label."""
         return self.variant.model_dump(mode="json"), self.label
 
+    @cached_property
+    def resolved_yaml(self) -> str:
+        """The run's ``scenario.yaml``, as the runner writes it."""
+        return self.variant.to_yaml([self.algorithm])
+
+    @cached_property
+    def sha256(self) -> str:
+        """``scenario_sha256`` of ``resolved_yaml`` read back, as a reader of the file gets it."""
+        return scenario_sha256(load_yaml(self.resolved_yaml))
+
 
 def plan(scenario: Scenario, only: Sequence[str] | None = None) -> list[Job]:
     return [Job(v, a) for v in scenario.variants() for a in select_algorithms(v, only)]
@@ -61,9 +90,109 @@ def plan(scenario: Scenario, only: Sequence[str] | None = None) -> list[Job]:
 def is_complete(results_dir: Path, label: str) -> bool:
     """Whether the run's folder holds a finished run (its summary says so)."""
     try:
-        return json.loads((results_dir / label / "summary.json").read_text())["complete"] is True
+        return json.loads((results_dir / label / SUMMARY_FILE).read_text())["complete"] is True
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+@dataclass
+class Found:
+    """What a study found in its results folder before it started, by run label."""
+
+    others: list[str] = field(default_factory=list)  # run folders of no run of this study: kept
+    kept: list[str] = field(default_factory=list)  # --resume: complete, same scenario: skipped
+    again: list[str] = field(default_factory=list)  # this study's, same (or unknown) scenario
+    changed: dict[str, str] = field(default_factory=dict)  # label: "key is a there, b now"
+
+    def lines(self, results_dir: Path) -> list[str]:
+        """One line per kind of thing found, for the user before the study starts."""
+        example = ""
+        if self.changed:
+            label, difference = next(iter(self.changed.items()))
+            example = (
+                f" ({difference})" if len(self.changed) == 1 else f" (e.g. {label}: {difference})"
+            )
+        kinds = [
+            (self.others, "from an earlier study {are} kept but {are} not part of this study", ""),
+            (list(self.changed), "of an earlier study with other settings {are} replaced", example),
+            (self.again, "of this study's runs {are} run again from the start", ""),
+            (self.kept, "of complete runs with the same settings {are} kept (--resume)", ""),
+        ]
+        lines = []
+        for labels, what, note in kinds:
+            if labels:
+                verb = "are" if len(labels) > 1 else "is"
+                folders = f"{len(labels)} run folder{'s' if len(labels) > 1 else ''}"
+                what = what.format(are=verb)
+                lines.append(f"{results_dir}: {folders} {what}: {_few(labels)}{note}")
+        return lines
+
+
+def survey(results_dir: Path, jobs: Sequence[Job], resume: bool) -> Found:
+    """What ``results_dir`` holds already: run folders of no job, and for each job's folder
+    whether it is kept (``resume``, complete, the same ``scenario_sha256``), run again, or holds
+    a run of other settings (with the first key that differs). Raises ScenarioError if a file
+    stands where a run folder goes."""
+    found = Found()
+    labels = {job.label for job in jobs}
+    for job in jobs:
+        run_dir = results_dir / job.label
+        if not run_dir.exists():
+            continue
+        if not run_dir.is_dir():
+            problem = f"output.dir: {run_dir} is a file where the run {job.label} writes its folder"
+            raise ScenarioError("output.dir", [problem + ": move it away"])
+        if not _holds_a_run(run_dir):
+            continue
+        try:
+            there = read_scenario(run_dir)
+        except ValueError:
+            there = None  # unreadable: its settings are unknown, it is run again
+        if there is not None and scenario_sha256(there) != job.sha256:
+            now = load_yaml(job.resolved_yaml)
+            key, before, after = first_difference(
+                scenario_identity(there), scenario_identity(now)
+            ) or ("(unknown)", "", "")
+            found.changed[job.label] = f"{key} is {before} there, {after} now"
+        elif resume and there is not None and is_complete(results_dir, job.label):
+            found.kept.append(job.label)
+        else:
+            found.again.append(job.label)
+    if results_dir.is_dir():
+        found.others = sorted(
+            child.name
+            for child in results_dir.iterdir()
+            if child.name not in labels and child.is_dir() and _holds_a_run(child)
+        )
+    return found
+
+
+def _holds_a_run(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in (SCENARIO_FILE, METRICS_FILE, SUMMARY_FILE))
+
+
+def _few(labels: Sequence[str], most: int = 6) -> str:
+    shown = ", ".join(labels[:most])
+    return shown if len(labels) <= most else f"{shown} and {len(labels) - most} more"
+
+
+def write_manifest(scenario: Scenario, jobs: Sequence[Job], results_dir: Path) -> None:
+    """``study.json``: the study's runs and the hash of each one's resolved scenario."""
+    manifest = {
+        "scenario": scenario.name,
+        "scenario_sha256": scenario_sha256(load_yaml(scenario.to_yaml())),
+        "runs": {job.label: job.sha256 for job in jobs},
+    }
+    (results_dir / STUDY_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def study_labels(results_dir: Path) -> list[str] | None:
+    """The run labels of the study last started in ``results_dir`` (its manifest); None
+    without a readable one."""
+    try:
+        return list(json.loads((results_dir / STUDY_FILE).read_text())["runs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def run_scenario(
@@ -90,22 +219,41 @@ def run_study(
 ) -> Path:
     """Run the scenario's jobs; returns its results folder. Plots are redrawn as runs finish.
 
-    Raises KeyboardInterrupt (also on SIGTERM, see ``terminate_as_interrupt``) after the runs
-    in progress have flushed what they measured (``"complete": false``).
+    First says on stderr what the folder already holds (``survey``) and writes the manifest;
+    with ``resume``, refuses (ScenarioError) a folder holding runs of this study's labels with
+    other settings, since resuming would mix two studies. The figures draw only this study's
+    runs: a run folder left by an earlier study is drawn only once this study has rewritten it.
+
+    Raises KeyboardInterrupt (``Terminated`` on SIGTERM, see ``terminate_as_interrupt``) after
+    the runs in progress have flushed what they measured (``"complete": false``).
     """
     if workers < 1:
         raise ScenarioError("--workers", [f"--workers: at least 1, got {workers}"])
     jobs = plan(scenario, only)
     results_dir = scenario.results_dir()
+    found = survey(results_dir, jobs, resume)
+    if resume and found.changed:
+        raise ScenarioError("--resume", _refusal(results_dir, found))
+    for line in found.lines(results_dir):
+        print(line, file=sys.stderr)
     results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / "scenario.yaml").write_text(scenario.to_yaml())
-    labels = [job.label for job in jobs]
-    todo = [job for job in jobs if not (resume and is_complete(results_dir, job.label))]
+    (results_dir / SCENARIO_FILE).write_text(scenario.to_yaml())
+    write_manifest(scenario, jobs, results_dir)
+    resolved = {job.label: job.resolved_yaml for job in jobs}
+    todo = [job for job in jobs if job.label not in found.kept]
     display = _Progress(len(jobs), len(jobs) - len(todo), show_progress)
+
+    def ours() -> list[str]:
+        """The labels whose folder holds this study's run (kept, or written by it)."""
+        return [
+            label
+            for label, text in resolved.items()
+            if label in found.kept or _text(results_dir / label / SCENARIO_FILE) == text
+        ]
 
     def finished(label: str) -> None:
         display.done(label)
-        draw_figures(scenario, results_dir, labels)
+        draw_figures(scenario, results_dir, ours())
 
     threads = torch.get_num_threads()  # a run sets its own; the caller's comes back after
     try:
@@ -118,8 +266,28 @@ def run_study(
     finally:
         display.close()
         configure_threads(threads)
-        draw_figures(scenario, results_dir, labels)  # what was measured, cut runs marked
+        draw_figures(scenario, results_dir, ours())  # what was measured, cut runs marked
     return results_dir
+
+
+def _refusal(results_dir: Path, found: Found) -> list[str]:
+    """Why --resume will not go on: the runs whose settings differ, and what to do."""
+    changed = list(found.changed.items())
+    return [
+        f"--resume: {results_dir} holds runs with other settings than this study would run "
+        "(resuming would mix two studies):",
+        *(f"{label}: {difference}" for label, difference in changed[:10]),
+        *([f"and {len(changed) - 10} more"] if len(changed) > 10 else []),
+        "run with the settings those runs had, without --resume to replace them, or with "
+        "another --output",
+    ]
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def draw_figures(scenario: Scenario, results_dir: Path, labels: Sequence[str]) -> None:
@@ -165,15 +333,30 @@ def _data_key(variant: Scenario) -> str:
 _worker_progress: dict | None = None
 
 
+_worker_running = False  # in a worker: whether a run is in progress (it has files to flush)
+
+
 def _start_worker(progress: dict | None) -> None:
-    """In each worker: SIGTERM interrupts like Ctrl-C (the run flushes and says incomplete)."""
+    """In each worker: Ctrl-C is ignored (a terminal sends it to every process of its group;
+    the driver answers it with SIGTERM), and SIGTERM stops the run in progress like Ctrl-C (it
+    flushes and says incomplete), then ends the worker quietly: the driver's one line says
+    what happened, not a traceback per worker."""
     global _worker_progress
     _worker_progress = progress
-    terminate_as_interrupt()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _worker_terminated)
+
+
+def _worker_terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: another must not cut the flush short
+    if _worker_running:
+        raise Terminated(f"signal {signum}")
+    raise SystemExit(128 + signal.SIGTERM)  # between runs: nothing to flush
 
 
 def _work(payload: tuple[dict, str]) -> str:
     """Run one job in a worker process (its own dataset: runs share nothing)."""
+    global _worker_running
     data, label = payload
     variant = parse_scenario(data, label)
     [algorithm] = [a for a in variant.algorithms if a.run_label == label]
@@ -185,10 +368,16 @@ def _work(payload: tuple[dict, str]) -> str:
         def progress(round_index: int, time_s: float) -> None:
             shared[label] = time_s
 
-    run_algorithm(
-        variant, algorithm, dataset, build_trainers(variant, dataset), show_progress=False,
-        progress=progress,
-    )  # fmt: skip
+    _worker_running = True
+    try:
+        run_algorithm(
+            variant, algorithm, dataset, build_trainers(variant, dataset), show_progress=False,
+            progress=progress,
+        )  # fmt: skip
+    except KeyboardInterrupt:  # the run has flushed; a SystemExit ends the worker quietly
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        _worker_running = False
     return label
 
 
@@ -196,10 +385,13 @@ def _on_pool(
     jobs: list[Job], workers: int, display: _Progress, finished: Callable[[str], None]
 ) -> None:
     context = multiprocessing.get_context("spawn")  # no forked torch state in the workers
-    with context.Manager() as manager:
+    with _children_ignore_ctrl_c():
+        manager_context = context.Manager()
+    with manager_context as manager:
         shared = manager.dict() if display.enabled else None
         display.watch(shared)
-        pool = context.Pool(min(workers, len(jobs)), _start_worker, (shared,))
+        with _children_ignore_ctrl_c():
+            pool = context.Pool(min(workers, len(jobs)), _start_worker, (shared,))
         try:
             labels = pool.imap_unordered(_work, [job.payload() for job in jobs])
             for _ in jobs:
@@ -273,6 +465,7 @@ def _ray_task(payload: tuple[dict, str]) -> dict[str, bytes]:
 
 
 def _write_files(run_dir: Path, files: dict[str, bytes]) -> None:
+    clear_run_folder(run_dir)
     for name, content in files.items():
         path = run_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -282,14 +475,36 @@ def _write_files(run_dir: Path, files: dict[str, bytes]) -> None:
 # --- signals and progress ---
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that the runs flush; the command exits 143, not 130."""
+
+
 def terminate_as_interrupt() -> None:
-    """Handle SIGTERM like SIGINT: raise KeyboardInterrupt, so a run flushes its rows and
-    writes ``"complete": false`` before the process exits."""
+    """Handle SIGTERM like SIGINT: raise ``Terminated`` (a KeyboardInterrupt), so a run flushes
+    its rows and writes ``"complete": false`` before the process exits. Only the first: a
+    second SIGTERM (e.g. sent to the whole process group and again by the driver) must not cut
+    the flush short."""
 
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+@contextlib.contextmanager
+def _children_ignore_ctrl_c() -> Iterator[None]:
+    """Processes started inside inherit SIGINT ignored (Python keeps an ignored SIGINT through
+    exec), so a Ctrl-C while a spawned worker is still importing torch does not print its
+    traceback; the driver misses a Ctrl-C only during these few milliseconds."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a study run from a thread keeps them
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _Progress:

@@ -391,6 +391,16 @@ def test_budget_rounds_out_of_range_is_a_clear_error(tmp_path, capsys, rounds):
     assert "Traceback" not in out + err
 
 
+def test_budget_rounds_is_applied_before_set_is_validated(tmp_path, capsys):
+    """A file with a time budget only: --set removes it and --rounds gives the rounds."""
+    path = write(tmp_path, tiny_scenario(tmp_path, run={"rounds": None, "time_budget_s": 5.0}))
+    report = tmp_path / "budget.json"
+    argv = ["budget", str(path), "--rounds", "2", "--set", "run.time_budget_s=null"]
+    code, out, err = cli(capsys, *argv, "--json", str(report))
+    assert code == 0, err
+    assert [budget["rounds"] for budget in json.loads(report.read_text())] == [2]
+
+
 def test_budget_json_into_a_missing_folder_is_a_clear_error(tmp_path, capsys):
     path = write(tmp_path, tiny_scenario(tmp_path))
     code, _, err = cli(capsys, "budget", str(path), "--json", str(tmp_path / "no" / "b.json"))

@@ -12,6 +12,7 @@ import analysis.figures
 import analysis.style
 from fedsim import __version__
 from fedsim.cli import THREADS_ENV_VAR, main
+from fedsim.results.files import METRICS_COLUMNS
 from fedsim.results.recorder import Recorder
 from tests.conftest import tiny_scenario
 
@@ -115,3 +116,50 @@ def test_a_d2d_graph_that_cannot_be_connected_is_a_clear_error(tmp_path, capsys,
     assert main([command, str(path), *(["--quiet"] if command == "run" else [])]) == 2
     error = capsys.readouterr().err
     assert "system.d2d.graph" in error and "disconnected" in error and "Traceback" not in error
+
+
+@pytest.mark.parametrize(
+    ("argv", "named", "where"),
+    [
+        (["run", "{scenario}", "--quiet", "--output", "{file}"], "--output", "{file}"),
+        (["run", "{scenario}", "--quiet", "--output", "{file}/sub"], "--output", "{file}"),
+        (["run", "{scenario}", "--quiet"], "output.dir", "{out}/tiny"),
+        (["validate", "{scenario}"], "output.dir", "{out}/tiny"),
+        (["validate", "{scenario}", "--set", "output.dir={file}"], "output.dir", "{file}"),
+        (["plot", "{run}", "--out", "{file}"], "--out", "{file}"),
+    ],
+)
+def test_a_results_path_that_is_a_file_is_named_not_a_traceback(
+    tmp_path, capsys, argv, named, where
+):
+    """--output or output.dir (or the scenario's folder in it) being a file, or plot's --out."""
+    path = write_scenario(tmp_path)
+    out = tmp_path / "results"
+    places = {"scenario": path, "file": tmp_path / "afile", "out": out, "run": tmp_path / "run"}
+    places["file"].write_text("not a folder")
+    run = places["run"]
+    run.mkdir()
+    (run / "metrics.csv").write_text(",".join(METRICS_COLUMNS) + "\n")
+    if named == "output.dir":
+        out.mkdir()
+        (out / "tiny").write_text("a file named like the scenario")
+    assert main([arg.format(**places) for arg in argv]) == 2
+    error = capsys.readouterr().err
+    assert f"{named}: {where.format(**places)} is a file, not a folder" in error
+    assert "Traceback" not in error
+    assert not list(tmp_path.rglob("study.json"))  # no study started
+
+
+def test_check_events_tells_a_file_that_is_no_event_log_from_a_log_with_violations(
+    tmp_path, capsys
+):
+    yaml_file, empty, bad_log = tmp_path / "s.yaml", tmp_path / "e.jsonl", tmp_path / "b.jsonl"
+    yaml_file.write_text("name: tiny\nseed: 3\n")
+    empty.write_text("\n")
+    bad_log.write_text('{"t": 1, "kind": "run_start", "clients": [0]}\n{"t": 0, "kind": "x"}\n')
+    for path in (yaml_file, empty):
+        assert main(["check-events", str(path)]) == 2
+        error = capsys.readouterr().err
+        assert f"error: {path}:" in error and "not an events file" in error
+    assert main(["check-events", str(bad_log)]) == 1
+    assert "time goes backwards" in capsys.readouterr().out

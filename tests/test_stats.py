@@ -10,11 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from matplotlib.figure import Figure
 
 import analysis.style
 from analysis import compare_rows, find_runs, format_table, kaplan_meier, mean_curve, plot_runs
 from analysis.pareto import plot_pareto
+from analysis.results import MixedScenariosError, group_seeds
 from analysis.stats import CSV_COLUMNS, across_seeds, pareto_front
 from fedsim.cli import _print_across_seeds, main
 from fedsim.results.files import ENERGY_COLUMNS, ENERGY_TOTALS, METRICS_COLUMNS
@@ -322,6 +324,51 @@ def test_fedsim_compare_reports_bad_folders(tmp_path: Path, capsys, problem: str
     captured = capsys.readouterr()
     assert captured.err.startswith("error: compare:") and "Traceback" not in captured.err
     assert captured.out == ""
+    if problem == "out folder":  # the flag and the folder named, not an errno text
+        assert f"--out: no folder {tmp_path / 'no'} to write into" in captured.err
+
+
+def _resolved(folder: Path, seed: int, rounds: int) -> None:
+    """A scenario.yaml as a run of a seed sweep writes it (the parts that matter here)."""
+    scenario = {
+        "name": "toy", "seed": seed, "run": {"rounds": rounds},
+        "algorithms": [{"name": "fedavg", "label": folder.name}],
+        "output": {"dir": str(folder.parent.parent / f"out{seed}"), "events": False},
+        "sweep": {},
+    }  # fmt: skip
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+
+
+def test_seeds_of_different_scenarios_are_not_one_row(tmp_path: Path, capsys) -> None:
+    toy = _sweep(tmp_path)
+    for seed in (1, 2, 3):  # seed, label and output differ: one scenario's seeds
+        _resolved(toy / f"fedavg@seed={seed}", seed, rounds=4)
+    assert [len(group.runs) for group in group_seeds(find_runs([toy]))] == [3, 1, 2]
+    _resolved(toy / "fedavg@seed=3", 3, rounds=3)  # an earlier study's run left in the folder
+    with pytest.raises(MixedScenariosError, match=r"run\.rounds: 4 vs 3"):
+        group_seeds(find_runs([toy]))
+    for command in (["compare", str(toy)], ["plot", str(toy), "--out", str(tmp_path / "png")]):
+        assert main(command) == 2
+        captured = capsys.readouterr()
+        assert "fedavg: the runs fedavg@seed=1 and fedavg@seed=3" in captured.err
+        assert "run.rounds: 4 vs 3" in captured.err and "Traceback" not in captured.err
+        assert captured.out == ""
+    assert not (tmp_path / "png" / "time_to_accuracy.png").exists()
+
+
+def test_a_run_without_seed_and_a_seed_group_of_its_label_must_be_one_scenario(
+    tmp_path: Path,
+) -> None:
+    """`fedsim run quickstart.yaml --set sweep.seed=[1] --set run.rounds=3 --only local` after
+    a full run: ``local`` (30 rounds) and ``local@seed=1`` (3) would be two rows "local"."""
+    toy = tmp_path / "toy"
+    for label, rounds in (("local", 30), ("local@seed=1", 3)):
+        _write_run(toy, label, [0, 10, 20], [0.1, 0.2, 0.3])
+        _resolved(toy / label, 1, rounds)
+    with pytest.raises(MixedScenariosError, match=r"the runs local and local@seed=1 .*30 vs 3"):
+        compare_rows(find_runs([toy]))
+    _resolved(toy / "local@seed=1", 2, 30)  # the same scenario, another seed: two rows
+    assert [row.label for row in compare_rows(find_runs([toy]))] == ["local", "local"]
 
 
 def test_fedsim_compare_refuses_an_unknown_format(tmp_path: Path, capsys) -> None:
@@ -344,6 +391,20 @@ def test_fedsim_run_prints_the_km_median_across_seeds(capsys) -> None:
     _print_across_seeds(summaries)
     out = capsys.readouterr().out
     assert "target reached in 2/3 (67%), KM median 30.0s" in out
+
+
+def test_fedsim_run_prints_the_sample_sd_across_seeds_and_none_for_one_seed(capsys) -> None:
+    summaries = [
+        {"algorithm": label, "final_accuracy": final, "final_worst_accuracy": 0.5,
+         "time_to_target_s": None, "time_s": 40.0}
+        for label, final in (("cobo@seed=1", 0.70), ("cobo@seed=2", 0.74), ("local@seed=1", 0.6))
+    ]  # fmt: skip
+    _print_across_seeds(summaries)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "across seeds (mean ± sample sd of the final mean accuracy):"
+    # sample sd of 0.70 and 0.74: 0.02·√2 = 2.8 points (the population sd would say 2.0)
+    assert "cobo: final 72.0 ± 2.8% (worst client 50.0%) over 2 seeds" in lines[1]
+    assert "local: final 60.0% (no sd: one seed) (worst client 50.0%) over 1 seed," in lines[2]
 
 
 # --- figures ----------------------------------------------------------------------------------
@@ -395,6 +456,22 @@ def test_plot_runs_without_seeds_draws_no_pareto(tmp_path: Path) -> None:
     assert [path.name for path in paths] == ["time_to_accuracy.png", "accuracy_vs_bytes.png"]
     for path in paths:
         _assert_png(path)
+
+
+def test_pareto_costs_start_at_zero_with_a_single_point(tmp_path: Path, monkeypatch) -> None:
+    """One label reaching the target: matplotlib would centre the axes on its point, showing
+    negative seconds and megabytes."""
+    figures: list[Figure] = []
+    monkeypatch.setattr("analysis.style.save", lambda figure, out_path: figures.append(figure))
+    toy = _sweep(tmp_path)
+    for seed in (1, 2):
+        shutil.rmtree(toy / f"zcobo@seed={seed}")  # fedavg alone reaches the target
+    plot_pareto(find_runs([toy]), tmp_path / "pareto.png")
+    by_time, by_bytes = figures[0].axes
+    for ax in (by_time, by_bytes):
+        [x] = {float(line.get_xdata()[0]) for line in ax.get_lines() if line.get_marker() == "o"}
+        low, high = ax.get_xlim()
+        assert low == 0.0 and x < high
 
 
 def test_plot_pareto_from_rows_and_from_runs(tmp_path: Path) -> None:

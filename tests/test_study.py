@@ -71,8 +71,8 @@ def test_a_sweep_stopped_by_sigterm_and_resumed_equals_an_uninterrupted_one(tmp_
         time.sleep(0.05)  # until the second run has measured something
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode != 0
-    assert b"Traceback" not in stderr and b"interrupted" in stderr
+    assert process.returncode == 143  # 128 + SIGTERM, not Ctrl-C's 130
+    assert b"Traceback" not in stderr and b"interrupted by SIGTERM" in stderr
     summaries = [json.loads(p.read_text()) for p in (tmp_path / "cut").rglob("summary.json")]
     assert any(s["complete"] is False for s in summaries)  # the run cut short says so
     resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, check=True)
@@ -80,8 +80,106 @@ def test_a_sweep_stopped_by_sigterm_and_resumed_equals_an_uninterrupted_one(tmp_
     assert files_of(tmp_path / "cut" / "tiny") == files_of(whole)
 
 
+def test_ctrl_c_of_a_study_on_workers_prints_one_line_and_every_run_flushes(tmp_path):
+    """A terminal's Ctrl-C reaches every process of the group: the workers print nothing."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(sweep(tmp_path, "cut", rounds=400)))
+    command = [sys.executable, "-m", "fedsim", "run", str(path), "--quiet", "--workers", "2"]
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    process = subprocess.Popen(
+        command, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+    )
+    results = tmp_path / "cut" / "tiny"
+    started = [results / f"fedavg@seed={seed}" / "metrics.csv" for seed in (1, 2)]
+    while process.poll() is None and not all(
+        m.exists() and m.read_text().count("\n") > 2 for m in started
+    ):
+        time.sleep(0.05)  # until both workers' runs have measured something
+    os.killpg(process.pid, signal.SIGINT)  # as the terminal does
+    _, stderr = process.communicate()
+    assert process.returncode == 130
+    lines = [line for line in stderr.decode().splitlines() if line.strip()]
+    assert lines == [f"interrupted: what was measured is in {results}"]
+    summaries = [json.loads((m.parent / "summary.json").read_text()) for m in started]
+    assert [s["complete"] for s in summaries] == [False, False]  # both flushed before exiting
+    assert all(s["rounds"] >= 2 for s in summaries)
+
+
 def test_workers_must_be_at_least_one(tmp_path, capsys):
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(sweep(tmp_path, "x")))
     assert main(["run", str(path), "--quiet", "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
+
+
+# --- a results folder that holds an earlier study ---
+
+
+def two_algorithms(tmp_path: Path) -> Path:
+    """fedavg and local over seeds 1 and 2, two rounds, with event logs."""
+    data = tiny_scenario(tmp_path, run={"rounds": 2}, output={"events": True})
+    data["algorithms"] = [{"name": "fedavg"}, {"name": "local"}]
+    data["sweep"] = {"seed": [1, 2]}
+    data["output"] = {"dir": str(tmp_path / "results"), "events": True}
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_rerun_with_other_settings_says_what_it_found_and_sums_up_only_its_runs(
+    tmp_path, capsys, monkeypatch
+):
+    path = two_algorithms(tmp_path)
+    assert main(["run", str(path), "--quiet"]) == 0
+    capsys.readouterr()
+    drawn: list[list[str]] = []
+    monkeypatch.setattr(
+        "fedsim.study.plot_results", lambda folder, labels, **_: drawn.append(list(labels))
+    )
+    again = ["--set", "sweep.seed=[1]", "--set", "run.rounds=1", "--set", "output.events=false"]
+    assert main(["run", str(path), "--quiet", *again, "--only", "local"]) == 0
+    captured = capsys.readouterr()
+    found = captured.err.splitlines()
+    results = tmp_path / "results" / "tiny"
+    assert found == [
+        f"{results}: 3 run folders from an earlier study are kept but are not part of this "
+        "study: fedavg@seed=1, fedavg@seed=2, local@seed=2",
+        f"{results}: 1 run folder of an earlier study with other settings is replaced: "
+        "local@seed=1 (run.rounds is 2 there, 1 now)",
+    ]
+    summary_lines = [line for line in captured.out.splitlines() if ": final" in line]
+    assert len(summary_lines) == 2 and "local@seed=1: final" in summary_lines[0]
+    assert "over 1 seed" in summary_lines[1]  # local alone, not with the old local@seed=2
+    assert drawn and all(labels == ["local@seed=1"] for labels in drawn)
+    manifest = json.loads((results / "study.json").read_text())
+    assert list(manifest["runs"]) == ["local@seed=1"] and len(manifest["scenario_sha256"]) == 64
+    # the replaced run keeps nothing of the earlier one; the others are left as they were
+    assert not (results / "local@seed=1" / "events.jsonl").exists()
+    assert (results / "local@seed=2" / "events.jsonl").exists()
+
+
+def test_resume_refuses_runs_of_other_settings_and_keeps_those_of_the_same(tmp_path, capsys):
+    path = two_algorithms(tmp_path)
+    assert main(["run", str(path), "--quiet", "--only", "local"]) == 0
+    results = tmp_path / "results" / "tiny"
+    manifest = (results / "study.json").read_text()
+    capsys.readouterr()
+
+    assert main(["run", str(path), "--quiet", "--resume", "--set", "run.rounds=3"]) == 2
+    error = capsys.readouterr().err
+    assert "--resume" in error and "Traceback" not in error
+    assert "local@seed=1: run.rounds is 2 there, 3 now" in error
+    assert "local@seed=2: run.rounds is 2 there, 3 now" in error
+    assert (results / "study.json").read_text() == manifest  # nothing started
+
+    metrics = results / "local@seed=1" / "metrics.csv"
+    written = metrics.stat().st_mtime_ns
+    # the same settings under another spelling of the same results root: kept
+    moved = ["--output", f"{tmp_path}/./results"]
+    assert main(["run", str(path), "--quiet", "--resume", *moved]) == 0
+    err = capsys.readouterr().err
+    assert "2 run folders of complete runs with the same settings are kept (--resume)" in err
+    assert metrics.stat().st_mtime_ns == written
+    assert list(json.loads((results / "study.json").read_text())["runs"]) == [
+        "fedavg@seed=1", "local@seed=1", "fedavg@seed=2", "local@seed=2"
+    ]  # fmt: skip

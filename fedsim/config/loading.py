@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +115,13 @@ def _set_path(data: dict, key: str, value: Any) -> None:
     node[last] = value
 
 
-def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+def load_scenario(
+    path: str | Path, overrides: Sequence[str] = (), flags: Mapping[str, str] | None = None
+) -> Scenario:
     """Read and validate a scenario YAML file, with ``key=value`` overrides applied (see
-    ``apply_overrides``); raises ScenarioError on any problem."""
+    ``apply_overrides``), then those of other options (``flags``: ``{"--rounds 2":
+    "run.rounds=2"}``, named so in the errors): all before the one validation, so no value
+    is checked without the others; raises ScenarioError on any problem."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -139,8 +143,10 @@ def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
         raise ScenarioError(str(path), ["invalid YAML: nested too deeply"]) from None
     except ValueError as error:  # e.g. an integer of more than 4300 digits
         raise ScenarioError(str(path), [f"invalid YAML: {error}"]) from None
-    source = str(path) + (" with --set " + " ".join(overrides) if overrides else "")
-    return parse_scenario(apply_overrides(data, overrides), source)
+    flags = flags or {}
+    given = ([f"--set {' '.join(overrides)}"] if overrides else []) + list(flags)
+    source = str(path) + (f" with {' '.join(given)}" if given else "")
+    return parse_scenario(apply_overrides(data, [*overrides, *flags.values()]), source)
 
 
 def _kind(value: Any) -> str:

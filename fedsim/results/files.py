@@ -1,8 +1,13 @@
-"""The results contract: the name of every file a run folder holds and the columns of each
-table. The recorder and the World write them; ``analysis/`` reads them; each is spelled here
-once."""
+"""The results contract: the name of every file a run folder holds, the columns of each table,
+and the study manifest of a scenario's folder. The recorder, the World and the study write them;
+``analysis/`` reads them; each is spelled here once."""
 
 from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
 
 SCENARIO_FILE = "scenario.yaml"  # the resolved scenario (in a run folder: of that run alone)
 METRICS_FILE = "metrics.csv"
@@ -16,6 +21,21 @@ RADIO_FILE = "radio.csv"  # with system.radio
 CHANNEL_FILE = "channel.csv"  # with system.radio
 COLLABORATION_FILE = "collaboration.npz"  # algorithms that learn whom to collaborate with
 ASYNC_FILE = "async.npz"  # asynchronous servers: update times and staleness
+RUN_FILES = (
+    SCENARIO_FILE, METRICS_FILE, CLIENTS_FILE, ROUNDS_FILE, ACTIVITY_FILE, SUMMARY_FILE,
+    EVENTS_FILE, ENERGY_FILE, RADIO_FILE, CHANNEL_FILE, COLLABORATION_FILE, ASYNC_FILE,
+)  # fmt: skip
+"""Every file a run writes into its folder: a run started again removes them first, so that
+no file of an earlier run (an event log it wrote, a run of other settings) stays beside it."""
+
+STUDY_FILE = "study.json"
+"""In a scenario's results folder, written before a study's runs start: which runs make up the
+study last started there, so a reader can tell them from run folders left by an earlier one.
+Its fields are ``STUDY_FIELDS``."""
+STUDY_FIELDS = ("scenario", "scenario_sha256", "runs")
+"""``scenario``: the scenario's name; ``scenario_sha256``: ``scenario_sha256`` of the study's
+resolved scenario (the folder's ``scenario.yaml``, sweep and every algorithm included);
+``runs``: ``{label: scenario_sha256 of that run's scenario.yaml}``, in the study's order."""
 
 METRICS_COLUMNS = (
     "time_s", "round", "accuracy", "worst_accuracy", "p10_accuracy", "p50_accuracy",
@@ -39,3 +59,22 @@ RADIO_COLUMNS = (
     "downlink_mbps", "rho", "outages", "retransmissions", "given_up",
 )  # fmt: skip
 CHANNEL_COLUMNS = ("client", "time_s", "snr_db", "rate_mbps")
+
+
+def scenario_identity(document: Mapping[str, Any]) -> dict[str, Any]:
+    """What makes a resolved scenario (``scenario.yaml`` read with YAML) the one it is: all of
+    it but ``output.dir``, the results root it was written under. That is where a run is, not
+    what it is (``results``, ``./results`` and its absolute path hold one study, and a copied
+    results folder resumes). Everything else counts, ``training.threads`` and ``output.events``
+    included: they change the files a run writes."""
+    data = dict(document)
+    if isinstance(data.get("output"), Mapping):
+        data["output"] = {k: v for k, v in data["output"].items() if k != "dir"}
+    return data
+
+
+def scenario_sha256(document: Mapping[str, Any]) -> str:
+    """The hash of ``scenario_identity``: sha256 of it as JSON with sorted keys (the document,
+    not its text, so that YAML's formatting does not count)."""
+    text = json.dumps(scenario_identity(document), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -30,6 +30,7 @@ from fedsim.results.files import (
     METRICS_FILE,
     ROUND_COLUMNS,
     ROUNDS_FILE,
+    RUN_FILES,
     SCENARIO_FILE,
     SUMMARY_FILE,
 )
@@ -124,7 +125,7 @@ class Recorder:
         self._files: list[IO[str]] = []
         if run_dir is None:
             return
-        run_dir.mkdir(parents=True, exist_ok=True)
+        clear_run_folder(run_dir)
         (run_dir / SCENARIO_FILE).write_text(resolved_scenario_yaml)
         self._metrics = self._open_csv(METRICS_FILE, self._metrics_columns)
         if energy:
@@ -298,6 +299,14 @@ class Recorder:
             },
             "battery_departures": self.battery_departures,
         }
+
+
+def clear_run_folder(run_dir: Path) -> None:
+    """Make ``run_dir`` a folder without any file a run writes (``RUN_FILES``), so that a run
+    started again leaves nothing of an earlier one there (other files are left alone)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in RUN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
 
 
 def _is_nan(value: object) -> bool:

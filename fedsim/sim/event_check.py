@@ -359,6 +359,26 @@ def check_event_records(records: Iterable[dict]) -> CheckReport:
     return checker.finish()
 
 
+def not_an_events_file(path: Path) -> str | None:
+    """Why the file is not an event log at all (then it has no violations to report, it is the
+    wrong file); None if it is one. The rule: its first non-empty line is a JSON object with
+    ``"t"`` and ``"kind"``, as every line the event log writes."""
+    with Path(path).open(encoding="utf-8", errors="replace") as lines:
+        first = next((text.strip() for text in lines if text.strip()), None)
+    if first is None:
+        return "not an events file: it is empty"
+    try:
+        record = json.loads(first)
+    except json.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict) or not {"t", "kind"} <= record.keys():
+        return (
+            'not an events file: its first line is not a JSON event {"t": ..., "kind": ...}: '
+            f"{first!r:.60}"
+        )
+    return None
+
+
 def check_events(path: Path) -> CheckReport:
     """Check an event log file; a malformed line is a violation, not an exception."""
     checker = _Checker()
