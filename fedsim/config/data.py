@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from fedsim.config.base import PositiveInt, _Strict, tagged_union
+from fedsim.config.base import NO_BOOL, PositiveInt, _Strict, tagged_union
 from fedsim.config.laws import PositiveDistribution
 
 DATA_ENV_VAR = "FEDSIM_DATA"
@@ -24,7 +24,7 @@ class DirichletPartition(_Strict):
     """Per class, client shares ~ Dir(alpha); small alpha = strong label skew."""
 
     kind: Literal["dirichlet"] = "dirichlet"
-    alpha: Annotated[float, Field(ge=1e-6, le=1e6)] = 0.5
+    alpha: Annotated[float, Field(ge=1e-6, le=1e6), NO_BOOL] = 0.5
     min_samples_per_client: PositiveInt = 10
 
 
@@ -50,7 +50,7 @@ class GroupShift(_Strict):
 
     kind: Literal["label_permutation", "rotation"]
     groups: PositiveInt = 4
-    angles_deg: list[Annotated[float, Field(ge=-360, le=360)]] | None = None
+    angles_deg: list[Annotated[float, Field(ge=-360, le=360), NO_BOOL]] | None = None
     sizes: list[PositiveInt] | None = Field(
         default=None, description="clients per group, in client order (default: equal blocks)"
     )
@@ -88,7 +88,7 @@ class DatasetConfig(_Strict):
     num_samples: PositiveInt | None = Field(
         default=None, description="random subset of the training pool shared by all clients"
     )
-    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    test_fraction: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = 0.2
     partition: Partition = IidPartition()
     group_shift: GroupShift | None = None
     timing_samples: TimingSamples | None = Field(

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from fedsim.config.algorithms import ALGORITHMS
-from fedsim.config.base import tag_of
+from fedsim.config.base import BOOL_NOT_NUMBER, _not_a_boolean, tag_of
 from fedsim.config.clients import AVAILABILITIES
 from fedsim.config.data import PARTITIONS
 from fedsim.config.laws import POWER_LAWS, RATE_LAWS
@@ -44,11 +44,17 @@ def _registry() -> dict[str, type[BaseModel]]:
 
 _TAG_MODELS = _registry()
 _UNION_TAGS = set(_TAG_MODELS)
+# pydantic names a union's number member after its true/false check too ("function-before[
+# _not_a_boolean(), constrained-int]"): paths show the member's own name, as before that check.
+_NO_BOOL_MEMBER = re.compile(rf"function-before\[{_not_a_boolean.__name__}\(\), (.*)\]")
 
 
 def _field_path(loc: tuple) -> str:
     path = ""
     for previous, part in zip((None, *loc), loc, strict=False):
+        member = _NO_BOOL_MEMBER.fullmatch(part) if isinstance(part, str) else None
+        if member is not None:
+            part = member.group(1)
         if isinstance(part, int):
             path += f"[{part}]"
         elif part in _UNION_TAGS or (previous == "constant" and part in ("value", "value_dbm")):
@@ -176,6 +182,6 @@ def describe(error: dict, root: type[BaseModel]) -> str:
     value = error.get("input")
     named = isinstance(value, str) and value in message  # e.g. a file path the message names
     shown = isinstance(value, (int, float, str, bool)) and not named
-    if error["type"] != "missing" and shown:
+    if error["type"] not in ("missing", BOOL_NOT_NUMBER) and shown:  # true/false: said already
         message += f" (got {_shown(value)})"
     return f"{path}: {message}"

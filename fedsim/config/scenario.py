@@ -27,6 +27,7 @@ from fedsim.config.base import (
     MAX_SWEEP_RUNS,
     MAX_TIME_S,
     MIN_RATE_MBPS,
+    NO_BOOL,
     Fraction,
     Rounds,
     Seconds,
@@ -65,7 +66,7 @@ class EvaluationConfig(_Strict):
     """
 
     every_rounds: Rounds | None = None
-    every_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S)] | None = None
+    every_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S), NO_BOOL] | None = None
     target_accuracy: Fraction | None = None
 
     @model_validator(mode="before")
@@ -92,7 +93,7 @@ class Scenario(_Strict):
     name: Annotated[str, AfterValidator(_scenario_name)] = Field(
         description="results folder name: letters, digits, _ . + -"
     )
-    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED), NO_BOOL] = 0
     dataset: DatasetConfig
     model: ModelConfig
     clients: ClientsConfig
