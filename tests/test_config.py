@@ -440,6 +440,18 @@ def test_a_missing_data_root_is_an_error_naming_dataset_root(tmp_path, capsys):
             "dataset.root:", "is not a folder")  # fmt: skip
 
 
+@pytest.mark.parametrize("root", ["", "  "])
+def test_an_empty_data_root_is_refused_not_read_as_the_working_folder(
+    tmp_path, capsys, monkeypatch, root
+):
+    """Path('') is '.': an empty root would pass every check and download into here."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, tiny_scenario(tmp_path, dataset={"name": "mnist", "root": root}))
+    for command in ("validate", "run", "budget"):
+        refused(capsys, path, "dataset.root: an empty path names no folder", command=command)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # nothing downloaded
+
+
 def test_a_missing_fedsim_data_folder_is_named(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "bogus"))
     path = write(tmp_path, tiny_scenario(tmp_path, dataset={"name": "fashion_mnist"}))

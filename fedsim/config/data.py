@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from fedsim.config.base import NO_BOOL, PositiveInt, _Strict, tagged_union
 from fedsim.config.laws import PositiveDistribution
@@ -79,9 +79,20 @@ class TimingSamples(_Strict):
     )
 
 
+def _names_a_folder(value: Any) -> Any:
+    """An empty path is no folder the user chose: as a Path it is ``.``, the working folder,
+    which would pass every check and receive a download."""
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(
+            f"an empty path names no folder: leave root out (or null) for ${DATA_ENV_VAR}, "
+            "else ./data"
+        )
+    return value
+
+
 class DatasetConfig(_Strict):
     name: Literal["mnist", "fashion_mnist", "cifar10", "synthetic"]
-    root: Path | None = Field(
+    root: Annotated[Path | None, BeforeValidator(_names_a_folder)] = Field(
         default=None, description=f"data folder; default ${DATA_ENV_VAR}, else ./data"
     )
     download: bool = True
