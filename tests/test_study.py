@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from fedsim.cli import main
-from fedsim.config import parse_scenario
+from fedsim.config import ScenarioError, parse_scenario
 from fedsim.study import run_study
 from tests.conftest import tiny_scenario
 
@@ -85,3 +86,10 @@ def test_workers_must_be_at_least_one(tmp_path, capsys):
     path.write_text(yaml.safe_dump(sweep(tmp_path, "x")))
     assert main(["run", str(path), "--quiet", "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
+
+
+def test_scenario_errors_cross_process_boundaries_whole():
+    """A worker's ScenarioError reaches the study whole: unpickling one used to fail (it was
+    rebuilt from its message alone), which left `fedsim run --workers N` hanging."""
+    error = pickle.loads(pickle.dumps(ScenarioError("training.device", ["training.device: no"])))
+    assert (error.source, error.problems) == ("training.device", ["training.device: no"])

@@ -26,6 +26,11 @@ class ScenarioError(Exception):
         self.problems = problems
         super().__init__(f"{source}: " + "; ".join(problems))
 
+    def __reduce__(self) -> tuple[type[ScenarioError], tuple[str, list[str]]]:
+        # rebuilt from both arguments: a worker process's error reaches the parent whole (the
+        # default pickles only the message, and unpickling it fails, hanging the pool)
+        return (ScenarioError, (self.source, self.problems))
+
 
 class _Strict(BaseModel):
     # inf and nan are refused everywhere: every number must be one a simulation can run with
