@@ -14,6 +14,15 @@ from fedsim.config.laws import PositiveDistribution
 
 DATA_ENV_VAR = "FEDSIM_DATA"
 DEFAULT_DATA_ROOT = Path("data")  # the only data folder fedsim creates itself (for a download)
+# Samples of each dataset's training split (synthetic: the set fedsim generates), the pool the
+# clients share. Here, not in learn/data.py, so that validation can count without torch.
+TRAIN_POOL_SIZES = {"mnist": 60_000, "fashion_mnist": 60_000, "cifar10": 50_000, "synthetic": 6_000}
+SUGGESTED_TIMING_SAMPLES = 600  # per client, as MNIST among 100 clients (McMahan et al.)
+
+
+def pool_size(name: str, num_samples: int | None) -> int:
+    """How many training samples the clients share: the subset asked for, else the split."""
+    return num_samples or TRAIN_POOL_SIZES[name]
 
 
 class IidPartition(_Strict):
@@ -117,6 +126,20 @@ class DatasetConfig(_Strict):
         if self.root is not None:
             return self.root
         return Path(os.environ.get(DATA_ENV_VAR) or DEFAULT_DATA_ROOT)
+
+
+def sample_shortage(dataset: DatasetConfig, count: int, reserve: int) -> str | None:
+    """``clients.count: ...`` saying that ``count`` clients plus the ``reserve`` outnumber the
+    training samples of ``dataset`` (each client needs one), or None when they do not."""
+    total, pool = count + reserve, pool_size(dataset.name, dataset.num_samples)
+    if total <= pool:
+        return None
+    reserve_note = " (with the arrivals' reserve)" if reserve else ""
+    subset = " (dataset.num_samples)" if dataset.num_samples else ""
+    return (
+        f"clients.count: {total:,} clients{reserve_note} but dataset {dataset.name} has "
+        f"{pool:,} samples{subset}, at least one per client"
+    )
 
 
 def data_root_problem(root: Path) -> str | None:
