@@ -182,10 +182,15 @@ def test_yaml_errors_name_the_line(tmp_path):
     with pytest.raises(ScenarioError) as caught:
         load_scenario(path)
     assert "invalid YAML: line" in caught.value.problems[0]
-    twice = write(tmp_path, "name: x\nname: y\n", "twice.yaml")
+    twice = write(tmp_path, "name: x\nseed: 1\nrun:\n  rounds: 2\n  rounds: 3\n", "twice.yaml")
     with pytest.raises(ScenarioError) as caught:
         load_scenario(twice)
-    assert "'name' appears twice" in caught.value.problems[0]
+    assert caught.value.problems == [
+        "invalid YAML: line 5, column 3: key 'rounds' appears twice: lines 4 and 5"
+    ]
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(write(tmp_path, tiny_scenario(tmp_path)), ["run={rounds: 2, rounds: 3}"])
+    assert "key 'rounds' appears twice on line 1" in caught.value.problems[0]
     with pytest.raises(ScenarioError, match="cannot read"):
         load_scenario(tmp_path / "missing.yaml")
 

@@ -20,7 +20,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects a key given twice (PyYAML would keep the last silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set = set()
+        seen: dict = {}  # key -> the line it first appears on
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, (str, int, float, bool, type(None))):
@@ -30,12 +30,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     f"a key must be a plain name, not a {type(key).__name__}",
                     key_node.start_mark,
                 )
+            line = key_node.start_mark.line + 1
             if key in seen:
-                line = key_node.start_mark.line + 1
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice (line {line})", key_node.start_mark
+                where = (
+                    f" on line {line}" if seen[key] == line else f": lines {seen[key]} and {line}"
                 )
-            seen.add(key)
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice{where}", key_node.start_mark
+                )
+            seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
 
