@@ -82,8 +82,29 @@ def test_wrong_type_and_negative_rate(tmp_path):
 def test_unknown_algorithm_lists_choices(tmp_path):
     data = tiny_scenario(tmp_path, algorithms=[{"name": "fedavgg"}])
     [problem] = problems_of(data)
-    assert problem.startswith("algorithms[0].name: unknown 'fedavgg'")
-    assert "'fedavg'" in problem
+    assert problem.startswith("algorithms[0].name: unknown 'fedavgg' (did you mean 'fedavg'?); ")
+    assert "valid: 'local', 'fedavg', 'fedavgm'," in problem
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (
+            {"dataset": {"partition": {"kind": "dirichle"}}},
+            "dataset.partition.kind: unknown 'dirichle' (did you mean 'dirichlet'?); valid: 'iid'",
+        ),
+        (  # a power law's tags, not the rate laws' ones of the same names
+            {"system": {"radio": {"tx_power_dbm": {"kind": "normall", "mean_dbm": 1}}}},
+            "system.radio.tx_power_dbm.kind: unknown 'normall' (did you mean 'normal'?); valid: "
+            "'constant', 'uniform', 'normal'",
+        ),
+        ({"algorithms": [{"name": "bogus"}]}, "algorithms[0].name: unknown 'bogus'; valid: "),
+        ({"algorithms": [{"name": 5}]}, "algorithms[0].name: unknown '5'; valid: "),
+    ],
+)
+def test_an_unknown_kind_or_name_suggests_the_closest(tmp_path, override, expected):
+    [problem] = problems_of(tiny_scenario(tmp_path, **override))
+    assert problem.startswith(expected)
 
 
 def test_duplicate_labels_and_unbounded_run(tmp_path):

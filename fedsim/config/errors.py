@@ -147,6 +147,12 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def did_you_mean(word: Any, choices: list[str]) -> str:
+    """`` (did you mean 'x'?)`` with the choice closest to a misspelled key or name, or ''."""
+    hint = difflib.get_close_matches(str(word), choices, n=1)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
 def describe(error: dict, root: type[BaseModel]) -> str:
     """One pydantic error (of ``error.errors()``) of a ``root`` model as ``field.path: reason``."""
     loc = tuple(error["loc"])
@@ -154,16 +160,17 @@ def describe(error: dict, root: type[BaseModel]) -> str:
     if error["type"] == "extra_forbidden":
         parent = _model_at(loc[:-1], root)
         valid = sorted(parent.model_fields) if parent else []
-        hint = difflib.get_close_matches(str(loc[-1]), valid, n=1)
-        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+        suggestion = did_you_mean(loc[-1], valid)
         parent_path = _field_path(loc[:-1])  # the unknown key itself is never a union tag
         key = _key_text(loc[-1])
         path = key if parent_path == "(top level)" else f"{parent_path}.{key}"
         return f"{path}: unknown key{suggestion}; valid keys: {', '.join(valid)}"
     if error["type"] == "union_tag_invalid":
         context = error["ctx"]
+        key = context["discriminator"].strip("'")
+        suggestion = did_you_mean(context["tag"], _union_tags(loc, key, root))
         return (
-            f"{path}.{context['discriminator'].strip(chr(39))}: unknown {_shown(context['tag'])}; "
+            f"{path}.{key}: unknown {_shown(context['tag'])}{suggestion}; "
             f"valid: {context['expected_tags']}"
         )
     if error["type"] == "union_tag_not_found":
