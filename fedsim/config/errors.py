@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -145,6 +147,78 @@ def _shown(value: Any) -> str:
         return f"an integer of {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass(frozen=True)
+class OutsideSchema:
+    """Where a key path leaves the schema: ``parts[at]`` is no key there (``value``: the path
+    goes on under a field that holds a value, not a section); ``reason`` says so."""
+
+    at: int
+    reason: str
+    value: bool
+
+
+def key_outside_schema(
+    parts: Sequence[str | int], data: Any, root: type[BaseModel]
+) -> OutsideSchema | None:
+    """Where the key path ``parts`` (names, and list indices as ints) leaves the schema of
+    ``root``, or None where it stays in it (or goes where the schema holds free keys).
+
+    ``data`` (the scenario as written) picks a union's member by its tag, so that the keys of
+    ``algorithms[0]`` are those of the algorithm named there; without a known tag, any
+    member's key will do. Sections absent from ``data`` are walked in the schema alone.
+    """
+    models: list[type[BaseModel]] = [root]
+    annotation: Any = root
+    node = data
+    for at, part in enumerate(parts):
+        where = _key_path(parts[:at])
+        if isinstance(part, int):
+            node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+            models = _tagged_as(_models_in(annotation), node)
+            continue
+        if not models:
+            if _free_keys(annotation):
+                return None
+            return OutsideSchema(at, f"{where} is a value, not a section", value=True)
+        fields = {name: m.model_fields[name] for m in reversed(models) for name in m.model_fields}
+        if part not in fields:
+            valid = sorted(fields)
+            listed = f"; valid keys: {', '.join(valid)}" if len(models) == 1 else ""
+            inside = f" in {where}" if where else ""
+            reason = f"no key {part!r}{inside}{did_you_mean(part, valid)}{listed}"
+            return OutsideSchema(at, reason, value=False)
+        annotation = fields[part].annotation
+        node = node.get(part) if isinstance(node, dict) else None
+        models = _tagged_as(_models_in(annotation), node)
+    return None
+
+
+def _tagged_as(models: list[type[BaseModel]], node: Any) -> list[type[BaseModel]]:
+    """The union members whose tag ``node`` (a section as written) gives, else them all."""
+    if len(models) < 2 or not isinstance(node, dict):
+        return models
+    tagged = [
+        model
+        for model in models
+        for name in ("kind", "name")
+        if name in model.model_fields
+        and node.get(name) in getattr(model.model_fields[name].annotation, "__args__", ())
+    ]
+    return tagged or models
+
+
+def _free_keys(annotation: Any) -> bool:
+    """Whether an annotation is (or may be) a mapping of free keys, e.g. ``sweep``."""
+    if getattr(annotation, "__origin__", None) is dict:
+        return True
+    return any(_free_keys(arg) for arg in getattr(annotation, "__args__", ()) or ())
+
+
+def _key_path(parts: Sequence[str | int]) -> str:
+    """``algorithms[0].deadline_s`` from its parts."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
 
 
 def did_you_mean(word: Any, choices: list[str]) -> str:
