@@ -4,6 +4,7 @@ the discovery commands ``fedsim schema`` and ``fedsim algorithms``."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -146,3 +147,17 @@ def test_algorithms_lists_every_algorithm_with_its_defaults(capsys):
         assert f"\n{name}: " in f"\n{out}"
     fedadam = out.split("\nfedadam: ")[1].split("\nfedyogi: ")[0]
     assert '"name": "adam"' in fedadam  # the preset, not the base class's sgd
+
+
+def test_each_server_optimizer_description_tells_its_own_default(capsys):
+    """The presets (fedavgm, fedadagrad, fedadam, fedyogi) do not default to sgd: no listing
+    may say so under them."""
+    assert main(["algorithms"]) == 0
+    told = re.findall(
+        r'server_optimizer = \{"name": "(\w+)", "lr": ([\d.]+),.*\(default (\w+), lr ([\d.]+)',
+        capsys.readouterr().out,
+    )
+    assert len(told) == 12  # fedavg and every algorithm built on it
+    assert {name for name, *_ in told} == {"sgd", "momentum", "adagrad", "adam", "yogi"}
+    for name, lr, said_name, said_lr in told:
+        assert (said_name, float(said_lr)) == (name, float(lr))

@@ -129,11 +129,23 @@ class _FedOptPreset(FedAvgFamilyConfig):
         return {**data, "server_optimizer": {**chosen, "name": name}}
 
 
+def _preset_optimizer(preset: str) -> Any:
+    """A preset's server_optimizer field: the base class's description (default sgd) is not
+    true of it. The default object stays the base class's (the schema shows it): validation
+    always fills in the preset's name."""
+    return Field(
+        default=ServerOptimizerConfig(),
+        description=f"default {preset}, lr {SERVER_LR_DEFAULTS[preset]:g}: the optimizer its "
+        "name says, whose lr, betas and tau may be set",
+    )
+
+
 class FedAvgMConfig(_FedOptPreset):
     """FedAvgM (Hsu et al. 2019): server momentum."""
 
     name: Literal["fedavgm"]
     preset: ClassVar[str] = "momentum"
+    server_optimizer: ServerOptimizerConfig = _preset_optimizer(preset)
 
 
 class FedAdagradConfig(_FedOptPreset):
@@ -141,6 +153,7 @@ class FedAdagradConfig(_FedOptPreset):
 
     name: Literal["fedadagrad"]
     preset: ClassVar[str] = "adagrad"
+    server_optimizer: ServerOptimizerConfig = _preset_optimizer(preset)
 
 
 class FedAdamConfig(_FedOptPreset):
@@ -148,6 +161,7 @@ class FedAdamConfig(_FedOptPreset):
 
     name: Literal["fedadam"]
     preset: ClassVar[str] = "adam"
+    server_optimizer: ServerOptimizerConfig = _preset_optimizer(preset)
 
 
 class FedYogiConfig(_FedOptPreset):
@@ -155,6 +169,7 @@ class FedYogiConfig(_FedOptPreset):
 
     name: Literal["fedyogi"]
     preset: ClassVar[str] = "yogi"
+    server_optimizer: ServerOptimizerConfig = _preset_optimizer(preset)
 
 
 class ScaffoldConfig(FedAvgFamilyConfig):
