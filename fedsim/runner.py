@@ -12,8 +12,14 @@ import torch
 from tqdm import tqdm
 
 from fedsim.algorithms import ALGORITHMS
-from fedsim.config import DATA_ENV_VAR, AlgorithmConfig, Scenario, ScenarioError
-from fedsim.config.data import pool_size, sample_shortage
+from fedsim.config import (
+    DATA_ENV_VAR,
+    AlgorithmConfig,
+    Scenario,
+    ScenarioError,
+    pool_size,
+    sample_shortage,
+)
 from fedsim.learn.data import FederatedDataset, build_federated_dataset, count_shards, missing_files
 from fedsim.learn.execution import configure_threads
 from fedsim.learn.models import build_model

@@ -182,6 +182,7 @@ def key_outside_schema(
             if _free_keys(annotation):
                 return None
             return OutsideSchema(at, f"{where} is a value, not a section", value=True)
+        # every candidate's keys; where two share one, the first member's field describes it
         fields = {name: m.model_fields[name] for m in reversed(models) for name in m.model_fields}
         if part not in fields:
             valid = sorted(fields)

@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedsim.config import DATA_ENV_VAR, DEFAULT_DATA_ROOT, data_root_problem
-from fedsim.config.data import TRAIN_POOL_SIZES
+from fedsim.config import DATA_ENV_VAR, DEFAULT_DATA_ROOT, TRAIN_POOL_SIZES, data_root_problem
 
 DATASET_NAMES = ("mnist", "fashion_mnist", "cifar10", "synthetic")
 PARTITION_NAMES = ("iid", "dirichlet", "label_groups")
