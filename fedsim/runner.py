@@ -12,14 +12,15 @@ import torch
 from tqdm import tqdm
 
 from fedsim.algorithms import ALGORITHMS
-from fedsim.config import DATA_ENV_VAR, AlgorithmConfig, Scenario, ScenarioError
-from fedsim.learn.data import (
-    FederatedDataset,
-    build_federated_dataset,
-    count_shards,
-    missing_files,
+from fedsim.config import (
+    DATA_ENV_VAR,
+    AlgorithmConfig,
+    Scenario,
+    ScenarioError,
     pool_size,
+    sample_shortage,
 )
+from fedsim.learn.data import FederatedDataset, build_federated_dataset, count_shards, missing_files
 from fedsim.learn.execution import configure_threads
 from fedsim.learn.models import build_model
 from fedsim.learn.optimizers import OptimizerSpec
@@ -45,6 +46,7 @@ def build_dataset(scenario: Scenario, *, timing_only: bool = False) -> Federated
         rng = RandomStreams(scenario.seed).generator("timing_samples")
         train = np.maximum(np.rint(counts.per_client.sample(rng, total)), 1).astype(int)
         return count_shards(dataset.name, train, dataset.test_fraction)
+    require_a_sample_per_client(scenario)
     partition, shift = dataset.partition, dataset.group_shift
     try:
         return build_federated_dataset(
@@ -67,6 +69,21 @@ def build_dataset(scenario: Scenario, *, timing_only: bool = False) -> Federated
         )
     except (OSError, ValueError) as error:
         raise ScenarioError("dataset", [f"dataset: {error}"]) from None
+
+
+def require_a_sample_per_client(scenario: Scenario) -> None:
+    """Raise a ScenarioError naming the fields when the clients outnumber the training samples:
+    validation lets such a scenario through with dataset.timing_samples, for budgets only."""
+    clients = scenario.clients
+    shortage = sample_shortage(scenario.dataset, clients.count, clients.arrivals.reserve)
+    if shortage is not None:
+        raise ScenarioError(
+            "clients.count",
+            [
+                f"{shortage}: a training run needs a sample per client (dataset.timing_samples "
+                "gives sample counts to fedsim budget only): use fewer clients or more samples"
+            ],
+        )
 
 
 def build_trainers(scenario: Scenario, dataset: FederatedDataset) -> list[Trainer]:

@@ -50,6 +50,7 @@ from fedsim.runner import (
     build_dataset,
     build_trainers,
     churn_times_s,
+    require_a_sample_per_client,
     run_algorithm,
     select_algorithms,
 )
@@ -230,6 +231,8 @@ def run_study(
     if workers < 1:
         raise ScenarioError("--workers", [f"--workers: at least 1, got {workers}"])
     jobs = plan(scenario, only)
+    for job in jobs:  # before any folder is written or worker started
+        require_a_sample_per_client(job.variant)
     results_dir = scenario.results_dir()
     found = survey(results_dir, jobs, resume)
     if resume and found.changed:

@@ -7,13 +7,14 @@ import math
 import re
 import subprocess
 import sys
+import types
 import typing
 from pathlib import Path
 
 import annotated_types
 import pytest
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from fedsim.cli import main
@@ -28,6 +29,7 @@ from fedsim.config import (
     load_scenario,
     parse_scenario,
 )
+from fedsim.config.base import BOOL_NOT_NUMBER
 from fedsim.config.errors import TAGGED_UNIONS
 from tests.conftest import DATA_ROOT, REPO, requires_real_data, tiny_scenario
 
@@ -80,8 +82,29 @@ def test_wrong_type_and_negative_rate(tmp_path):
 def test_unknown_algorithm_lists_choices(tmp_path):
     data = tiny_scenario(tmp_path, algorithms=[{"name": "fedavgg"}])
     [problem] = problems_of(data)
-    assert problem.startswith("algorithms[0].name: unknown 'fedavgg'")
-    assert "'fedavg'" in problem
+    assert problem.startswith("algorithms[0].name: unknown 'fedavgg' (did you mean 'fedavg'?); ")
+    assert "valid: 'local', 'fedavg', 'fedavgm'," in problem
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (
+            {"dataset": {"partition": {"kind": "dirichle"}}},
+            "dataset.partition.kind: unknown 'dirichle' (did you mean 'dirichlet'?); valid: 'iid'",
+        ),
+        (  # a power law's tags, not the rate laws' ones of the same names
+            {"system": {"radio": {"tx_power_dbm": {"kind": "normall", "mean_dbm": 1}}}},
+            "system.radio.tx_power_dbm.kind: unknown 'normall' (did you mean 'normal'?); valid: "
+            "'constant', 'uniform', 'normal'",
+        ),
+        ({"algorithms": [{"name": "bogus"}]}, "algorithms[0].name: unknown 'bogus'; valid: "),
+        ({"algorithms": [{"name": 5}]}, "algorithms[0].name: unknown '5'; valid: "),
+    ],
+)
+def test_an_unknown_kind_or_name_suggests_the_closest(tmp_path, override, expected):
+    [problem] = problems_of(tiny_scenario(tmp_path, **override))
+    assert problem.startswith(expected)
 
 
 def test_duplicate_labels_and_unbounded_run(tmp_path):
@@ -180,10 +203,15 @@ def test_yaml_errors_name_the_line(tmp_path):
     with pytest.raises(ScenarioError) as caught:
         load_scenario(path)
     assert "invalid YAML: line" in caught.value.problems[0]
-    twice = write(tmp_path, "name: x\nname: y\n", "twice.yaml")
+    twice = write(tmp_path, "name: x\nseed: 1\nrun:\n  rounds: 2\n  rounds: 3\n", "twice.yaml")
     with pytest.raises(ScenarioError) as caught:
         load_scenario(twice)
-    assert "'name' appears twice" in caught.value.problems[0]
+    assert caught.value.problems == [
+        "invalid YAML: line 5, column 3: key 'rounds' appears twice: lines 4 and 5"
+    ]
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(write(tmp_path, tiny_scenario(tmp_path)), ["run={rounds: 2, rounds: 3}"])
+    assert "key 'rounds' appears twice on line 1" in caught.value.problems[0]
     with pytest.raises(ScenarioError, match="cannot read"):
         load_scenario(tmp_path / "missing.yaml")
 
@@ -448,6 +476,18 @@ def test_a_missing_data_root_is_an_error_naming_dataset_root(tmp_path, capsys):
             "dataset.root:", "is not a folder")  # fmt: skip
 
 
+@pytest.mark.parametrize("root", ["", "  "])
+def test_an_empty_data_root_is_refused_not_read_as_the_working_folder(
+    tmp_path, capsys, monkeypatch, root
+):
+    """Path('') is '.': an empty root would pass every check and download into here."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, tiny_scenario(tmp_path, dataset={"name": "mnist", "root": root}))
+    for command in ("validate", "run", "budget"):
+        refused(capsys, path, "dataset.root: an empty path names no folder", command=command)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # nothing downloaded
+
+
 def test_a_missing_fedsim_data_folder_is_named(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "bogus"))
     path = write(tmp_path, tiny_scenario(tmp_path, dataset={"name": "fashion_mnist"}))
@@ -660,3 +700,125 @@ def test_numbers_in_yaml_exponent_notation_are_bounded_like_any_other(tmp_path, 
         path = write(tmp_path, text.replace("uplink_mbps: RATE", f"uplink_mbps: {bad}"))
         refused(capsys, path, "system.network.uplink_mbps:", expected)
     refused(capsys, write(tmp_path, text.replace("count: 6", "count: 1e30")), "clients.count:")
+
+
+_SAMPLE_NUMBERS = (1, 10, 0.5, 32)  # one of them fits every number's bounds (or a law's)
+
+
+def _takes_a_number(annotation: object, adapter: TypeAdapter) -> bool:
+    """Whether a field holds a number: an int or a float (or a Literal of them) anywhere in its
+    annotation, or a plain number accepted as it is (a law's shorthand for its constant; a
+    switch takes 1 and 0 for true and false, and is no number)."""
+    if annotation is bool:
+        return False
+    if _mentions_a_number(annotation):
+        return True
+    for number in _SAMPLE_NUMBERS:
+        try:
+            adapter.validate_python(number)
+        except ValidationError:
+            continue
+        return True
+    return False
+
+
+def _mentions_a_number(annotation: object) -> bool:
+    if annotation in (int, float):
+        return True
+    if typing.get_origin(annotation) is typing.Literal:
+        return any(type(arg) in (int, float) for arg in typing.get_args(annotation))
+    return any(_mentions_a_number(arg) for arg in typing.get_args(annotation))
+
+
+def _with_booleans(annotation: object, boolean: bool) -> object:
+    """A value of the annotation's shape with ``boolean`` at each number's place: a list or a
+    tuple gets it as its items, anything else is it."""
+    while typing.get_origin(annotation) is typing.Annotated or _is_optional(annotation):
+        annotation = typing.get_args(annotation)[0]
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is list:
+        return [boolean]
+    if origin is tuple:
+        return (boolean,) if args[-1] is Ellipsis else (boolean,) * len(args)
+    return boolean
+
+
+def _is_optional(annotation: object) -> bool:
+    args = typing.get_args(annotation)
+    return len(args) == 2 and type(None) in args and isinstance(annotation, types.UnionType)
+
+
+def test_every_number_in_the_schema_refuses_true_and_false():
+    """YAML's true/false are no numbers (pydantic's lax mode would read them as 1 and 0): every
+    number of every model, a union's number, a tuple's or a list's items and a law's plain
+    number refuse them, each with one problem of its own, so no field can be forgotten."""
+    checked, accepted = [], []
+    for model in _models(Scenario):
+        for name, field in model.model_fields.items():
+            annotation = field.annotation
+            tag = [Field(discriminator=field.discriminator)] if field.discriminator else []
+            metadata = [*tag, *field.metadata]  # the union's tag, the bounds, the checks
+            adapter = TypeAdapter(
+                typing.Annotated[(annotation, *metadata)] if metadata else annotation
+            )
+            if not _takes_a_number(annotation, adapter):
+                continue
+            checked.append(f"{model.__name__}.{name}")
+            for boolean in (True, False):
+                try:
+                    adapter.validate_python(_with_booleans(annotation, boolean))
+                except ValidationError as error:
+                    if all(e["type"] == BOOL_NOT_NUMBER for e in error.errors()):
+                        continue
+                accepted.append(f"{model.__name__}.{name}: {boolean}")
+    assert not accepted
+    assert len(checked) > 120
+    assert {"RunConfig.rounds", "UcflConfig.streams", "NetworkConfig.uplink_mbps"} <= set(checked)
+    assert {"ModelConfig.hidden_sizes", "ServerOptimizerConfig.betas"} <= set(checked)
+    assert {"RadioConfig.tx_power_dbm", "GroupShift.angles_deg", "Scenario.seed"} <= set(checked)
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"run": {"rounds": True}}, "run.rounds"),
+        ({"dataset": {"num_samples": True}}, "dataset.num_samples"),
+        ({"seed": False}, "seed"),
+        ({"system": {"network": {"uplink_mbps": True}}}, "system.network.uplink_mbps"),
+        ({"system": {"network": {"precision_bits": True}}}, "system.network.precision_bits"),
+        ({"system": {"radio": {"tx_power_dbm": True}}}, "system.radio.tx_power_dbm"),
+        ({"model": {"hidden_sizes": [32, True]}}, "model.hidden_sizes[1]"),
+        ({"algorithms": [{"name": "ucfl", "streams": True}]}, "algorithms[0].streams"),
+        (
+            {"algorithms": [{"name": "fedavg", "server_optimizer": {"betas": [0.9, False]}}]},
+            "algorithms[0].server_optimizer.betas[1]",
+        ),
+        (
+            {
+                "dataset": {
+                    "group_shift": {"kind": "rotation", "groups": 2, "angles_deg": [0, True]}
+                }
+            },
+            "dataset.group_shift.angles_deg[1]",
+        ),
+    ],
+)
+def test_true_or_false_for_a_number_is_one_problem_naming_the_field(
+    tmp_path, capsys, override, expected
+):
+    err = refused(capsys, write(tmp_path, tiny_scenario(tmp_path, **override)), "")
+    assert err.splitlines()[1:] == [f"  {expected}: Input should be a number, not true/false"]
+
+
+def test_booleans_stay_valid_for_switches_and_in_sweeps(tmp_path, capsys):
+    sweep = {"dataset.download": [True, False], "output.events": [False, True]}
+    data = tiny_scenario(tmp_path, dataset={"download": False}, sweep=sweep)
+    assert cli(capsys, "validate", str(write(tmp_path, data)))[0] == 0
+    assert [v.dataset.download for v in parse_scenario(data).variants()] == [True] * 2 + [False] * 2
+    swept_rounds = tiny_scenario(tmp_path, sweep={"run.rounds": [2, True]})
+    refused(
+        capsys,
+        write(tmp_path, swept_rounds),
+        "sweep.run.rounds: the combination rounds=True is invalid: run.rounds: Input should be "
+        "a number, not true/false",
+    )

@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedsim.config.data import TRAIN_POOL_SIZES
 from fedsim.learn.data import (
     DATASET_NAMES,
     build_federated_dataset,
@@ -74,6 +75,17 @@ def test_synthetic_is_deterministic_balanced_and_ignores_root(tmp_path: Path) ->
     x_test, y_test = load_pool("synthetic", None, download=False, split="test")
     assert x_test.shape == (1000, 1, 28, 28) and len(y_test) == 1000
     assert not torch.equal(x_test[:10], x[:10])  # fresh noise for the test split
+
+
+def test_the_schema_counts_the_pools_the_loader_gives() -> None:
+    """Validation checks that every client gets a sample from TRAIN_POOL_SIZES, without torch:
+    they must be the sizes of the pools loaded (the IDX splits where the offline data has them;
+    its CIFAR-10 copy is cut to 30,000 of the official 50,000)."""
+    assert len(load_pool("synthetic", None, download=False)[1]) == TRAIN_POOL_SIZES["synthetic"]
+    assert set(TRAIN_POOL_SIZES) == set(DATASET_NAMES)
+    if (DATA_ROOT / "MNIST" / "raw").is_dir() and (DATA_ROOT / "FashionMNIST" / "raw").is_dir():
+        for name in ("mnist", "fashion_mnist"):
+            assert len(load_pool(name, DATA_ROOT, download=False)[1]) == TRAIN_POOL_SIZES[name]
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from fedsim.cli import main
-from fedsim.config import parse_scenario
+from fedsim.config import ScenarioError, parse_scenario
 from fedsim.study import run_study
 from tests.conftest import tiny_scenario
 
@@ -183,3 +184,10 @@ def test_resume_refuses_runs_of_other_settings_and_keeps_those_of_the_same(tmp_p
     assert list(json.loads((results / "study.json").read_text())["runs"]) == [
         "fedavg@seed=1", "local@seed=1", "fedavg@seed=2", "local@seed=2"
     ]  # fmt: skip
+
+
+def test_scenario_errors_cross_process_boundaries_whole():
+    """A worker's ScenarioError reaches the study whole: unpickling one used to fail (it was
+    rebuilt from its message alone), which left `fedsim run --workers N` hanging."""
+    error = pickle.loads(pickle.dumps(ScenarioError("training.device", ["training.device: no"])))
+    assert (error.source, error.problems) == ("training.device", ["training.device: no"])

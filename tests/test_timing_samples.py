@@ -4,13 +4,16 @@ per-client state lazy."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import yaml
 
 from fedsim.budget import budget_algorithm
 from fedsim.cli import main
-from fedsim.config import parse_scenario
+from fedsim.config import ScenarioError, parse_scenario
+from fedsim.config.data import pool_size
 from fedsim.learn.data import ClientShard, CountShard
 from fedsim.runner import build_dataset, build_trainers
 from tests.conftest import tiny_scenario
@@ -57,3 +60,64 @@ def test_fedsim_budget_of_many_clients_from_the_command_line(tmp_path, capsys):
     path.write_text(yaml.safe_dump(scenario_data(tmp_path, clients=50_000)))
     assert main(["budget", str(path)]) == 0
     assert "fedavg" in capsys.readouterr().out
+
+
+def test_validate_shows_the_timing_samples_line_a_million_clients_need(tmp_path, capsys):
+    """As a user writes it: the data cannot give a million clients one sample each, so validate
+    says so, naming the line to add; with it the budget is valid and a training run refused."""
+    data = scenario_data(tmp_path, clients=1_000_000)
+    del data["dataset"]["timing_samples"], data["dataset"]["num_samples"]  # all 6,000
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "  clients.count: 1,000,000 clients but dataset synthetic has 6,000 samples, at least "
+        "one per client: to budget without data, set dataset.timing_samples: add "
+        "`timing_samples: {per_client: 600}` under dataset (fedsim budget then gives each "
+        "client a sample count from that law)\n"
+    ) in err
+    [line] = re.findall(r"`(timing_samples: .*?)`", err)
+    data["dataset"].update(yaml.safe_load(line))  # the line it shows, as the user adds it
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "clients.count: 1,000,000 clients but dataset synthetic has 6,000 samples" in err
+    assert "a training run needs a sample per client (dataset.timing_samples gives" in err
+    assert not (tmp_path / "results").exists()  # refused before any folder was made
+
+
+@pytest.mark.parametrize(
+    ("dataset", "clients", "expected"),
+    [
+        ({"num_samples": 1200}, {"count": 1201}, "1,201 clients but dataset synthetic has 1,200 "
+         "samples (dataset.num_samples), at least one per client"),
+        ({"num_samples": None}, {"count": 6000, "arrivals": {"reserve": 1}}, "6,001 clients "
+         "(with the arrivals' reserve) but dataset synthetic has 6,000 samples"),
+        ({"name": "cifar10", "num_samples": None}, {"count": 50_001}, "50,001 clients but "
+         "dataset cifar10 has 50,000 samples"),
+    ],
+)  # fmt: skip
+def test_the_clients_may_not_outnumber_the_samples_they_share(tmp_path, dataset, clients, expected):
+    data = scenario_data(tmp_path, clients=1)
+    del data["dataset"]["timing_samples"]
+    data["dataset"].update(dataset)
+    data["clients"].update(clients)
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(data)
+    assert caught.value.problems[0].startswith(f"clients.count: {expected}")
+    data["clients"]["count"] -= 1  # one sample each: valid
+    assert parse_scenario(data).clients.total == pool_size(
+        data["dataset"]["name"], data["dataset"]["num_samples"]
+    )
+
+
+def test_a_training_run_of_more_clients_than_samples_names_the_fields(tmp_path):
+    scenario = parse_scenario(scenario_data(tmp_path, clients=20_000))
+    with pytest.raises(ScenarioError) as caught:
+        build_dataset(scenario)  # not a timing-only run
+    [problem] = caught.value.problems
+    assert problem.startswith("clients.count: 20,000 clients but dataset synthetic has 1,200")
+    assert "dataset.timing_samples gives sample counts to fedsim budget only" in problem

@@ -95,6 +95,7 @@ from fedsim.config.clients import (
 from fedsim.config.data import (
     DATA_ENV_VAR,
     DEFAULT_DATA_ROOT,
+    TRAIN_POOL_SIZES,
     DatasetConfig,
     DirichletPartition,
     GroupShift,
@@ -103,6 +104,8 @@ from fedsim.config.data import (
     Partition,
     TimingSamples,
     data_root_problem,
+    pool_size,
+    sample_shortage,
 )
 from fedsim.config.errors import _TAG_MODELS, _UNION_TAGS
 from fedsim.config.laws import (
@@ -267,6 +270,7 @@ __all__ = [
     "SweepValue",
     "SyncServerConfig",
     "SystemConfig",
+    "TRAIN_POOL_SIZES",
     "TimingSamples",
     "TraceAvailability",
     "TrainingConfig",
@@ -284,4 +288,6 @@ __all__ = [
     "data_root_problem",
     "load_scenario",
     "parse_scenario",
+    "pool_size",
+    "sample_shortage",
 ]

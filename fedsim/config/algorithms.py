@@ -15,6 +15,7 @@ from fedsim.config.base import (
     MAX_LR,
     MAX_ROUNDS,
     MAX_WEIGHT,
+    NO_BOOL,
     Fraction,
     NonNegativeInt,
     PositiveInt,
@@ -53,10 +54,12 @@ class SyncServerConfig(_AlgorithmBase):
     deadline_s: Seconds | None = Field(
         default=None, description="close the round this long after it starts; drop the late"
     )
-    over_selection: Annotated[float, Field(ge=0, le=100)] = Field(
+    over_selection: Annotated[float, Field(ge=0, le=100), NO_BOOL] = Field(
         default=0.0, description="select (1 + x) times as many (x <= 100), keep the first arrivals"
     )
 
+
+_Beta = Annotated[float, Field(ge=0, lt=1), NO_BOOL]  # a moment's decay
 
 SERVER_LR_DEFAULTS = {"sgd": 1.0, "momentum": 1.0, "adagrad": 0.1, "adam": 0.01, "yogi": 0.01}
 
@@ -72,13 +75,11 @@ class ServerOptimizerConfig(_Strict):
     """
 
     name: Literal["sgd", "momentum", "adagrad", "adam", "yogi"] = "sgd"
-    lr: Annotated[float, Field(gt=0, le=MAX_LR)] = Field(
+    lr: Annotated[float, Field(gt=0, le=MAX_LR), NO_BOOL] = Field(
         default=1.0, description="η, the server learning rate (default depends on name)"
     )
-    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
-        default=(0.9, 0.99), description="β₁ (momentum's β), β₂"
-    )
-    tau: Annotated[float, Field(gt=0, le=1)] = Field(
+    betas: tuple[_Beta, _Beta] = Field(default=(0.9, 0.99), description="β₁ (momentum's β), β₂")
+    tau: Annotated[float, Field(gt=0, le=1), NO_BOOL] = Field(
         default=1e-3, description="adaptivity: √v + τ, and v starts at τ²"
     )
 
@@ -128,11 +129,23 @@ class _FedOptPreset(FedAvgFamilyConfig):
         return {**data, "server_optimizer": {**chosen, "name": name}}
 
 
+def _preset_optimizer(preset: str) -> Any:
+    """A preset's server_optimizer field: the base class's description (default sgd) is not
+    true of it. The default object stays the base class's (the schema shows it): validation
+    always fills in the preset's name."""
+    return Field(
+        default=ServerOptimizerConfig(),
+        description=f"default {preset}, lr {SERVER_LR_DEFAULTS[preset]:g}: the optimizer its "
+        "name says, whose lr, betas and tau may be set",
+    )
+
+
 class FedAvgMConfig(_FedOptPreset):
     """FedAvgM (Hsu et al. 2019): server momentum."""
 
     name: Literal["fedavgm"]
     preset: ClassVar[str] = "momentum"
+    server_optimizer: ServerOptimizerConfig = _preset_optimizer(preset)
 
 
 class FedAdagradConfig(_FedOptPreset):
@@ -140,6 +153,7 @@ class FedAdagradConfig(_FedOptPreset):
 
     name: Literal["fedadagrad"]
     preset: ClassVar[str] = "adagrad"
+    server_optimizer: ServerOptimizerConfig = _preset_optimizer(preset)
 
 
 class FedAdamConfig(_FedOptPreset):
@@ -147,6 +161,7 @@ class FedAdamConfig(_FedOptPreset):
 
     name: Literal["fedadam"]
     preset: ClassVar[str] = "adam"
+    server_optimizer: ServerOptimizerConfig = _preset_optimizer(preset)
 
 
 class FedYogiConfig(_FedOptPreset):
@@ -154,6 +169,7 @@ class FedYogiConfig(_FedOptPreset):
 
     name: Literal["fedyogi"]
     preset: ClassVar[str] = "yogi"
+    server_optimizer: ServerOptimizerConfig = _preset_optimizer(preset)
 
 
 class ScaffoldConfig(FedAvgFamilyConfig):
@@ -208,7 +224,7 @@ class CflConfig(FedAvgFamilyConfig):
     name: Literal["cfl"]
     eps1: UpdateNorm = Field(default=0.4, description="split when the mean update norm < eps1")
     eps2: UpdateNorm = Field(default=1.6, description="... and the max update norm > eps2")
-    warmup_rounds: Annotated[int, Field(ge=0, le=MAX_ROUNDS)] = 20
+    warmup_rounds: Annotated[int, Field(ge=0, le=MAX_ROUNDS), NO_BOOL] = 20
     max_clusters: PositiveInt = 8
 
 
@@ -217,17 +233,17 @@ class FedFomoConfig(SyncServerConfig):
 
     name: Literal["fedfomo"]
     models_per_client: PositiveInt = Field(default=5, description="M")
-    epsilon: Annotated[float, Field(ge=0, le=1)] = Field(
+    epsilon: Annotated[float, Field(ge=0, le=1), NO_BOOL] = Field(
         default=0.3, description="exploration: chance of a random peer instead of a top one"
     )
-    validation_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    validation_fraction: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = 0.2
 
 
 class UcflConfig(SyncServerConfig):
     """User-centric FL: eq. (9) collaboration weights, k personalized downlink streams."""
 
     name: Literal["ucfl"]
-    streams: PositiveInt | Literal["auto", "all"] = Field(
+    streams: Annotated[PositiveInt | Literal["auto", "all"], NO_BOOL] = Field(
         default="auto", description="k: a number, 'all' (k = m), or 'auto' (Algorithm 2)"
     )
     tradeoff: Literal["silhouette", "penalized", "per_round_time"] = Field(
@@ -236,7 +252,7 @@ class UcflConfig(SyncServerConfig):
     )
     tradeoff_lambda: Weight = 0.01
     max_streams: PositiveInt | None = None
-    variance_batches: Annotated[int, Field(ge=2, le=MAX_COUNT)] = Field(
+    variance_batches: Annotated[int, Field(ge=2, le=MAX_COUNT), NO_BOOL] = Field(
         default=3, description="K batches of n_i / K samples for sigma_i^2 (paper: N/3)"
     )
     bandwidth: Literal["row", "symmetric"] = Field(
@@ -274,8 +290,8 @@ class AsyncServerConfig(_AlgorithmBase):
         description="s(tau): 1; (1 + tau)^-a; 1 if tau <= b else 1 / (a (tau - b) + 1)",
     )
     staleness_a: Weight = 0.5
-    staleness_b: Annotated[float, Field(ge=0, le=MAX_ROUNDS)] = 4.0
-    max_staleness: Annotated[int, Field(ge=0, le=MAX_ROUNDS)] | None = Field(
+    staleness_b: Annotated[float, Field(ge=0, le=MAX_ROUNDS), NO_BOOL] = 4.0
+    max_staleness: Annotated[int, Field(ge=0, le=MAX_ROUNDS), NO_BOOL] | None = Field(
         default=None, description="drop older updates (their bytes count as wasted)"
     )
     task_timeout_s: Seconds | None = Field(
@@ -344,7 +360,7 @@ class CoboConfig(DecentralizedConfig):
 
     name: Literal["cobo"]
     penalty: Weight = Field(default=0.05, description="ρ of the paper (code: 0.05)")
-    weight_lr: Annotated[float, Field(gt=0, le=MAX_WEIGHT)] = Field(
+    weight_lr: Annotated[float, Field(gt=0, le=MAX_WEIGHT), NO_BOOL] = Field(
         default=0.01, description="γ, step of the weight ascent"
     )
     pair_sampling: Literal["constant", "decaying", "mixed", "all"] = Field(

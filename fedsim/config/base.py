@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any, get_args
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 
 class ScenarioError(Exception):
@@ -60,22 +61,39 @@ MAX_WIDTH = 65_536  # units of a hidden layer
 MAX_SWEEP_RUNS = 1000  # combinations of a sweep (each builds its own world)
 MAX_NAME_LENGTH = 100  # scenario names and labels (they name folders)
 
-PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT)]
-NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
-Rounds = Annotated[int, Field(gt=0, le=MAX_ROUNDS)]
-Fraction = Annotated[float, Field(gt=0, le=1)]
-RateMbps = Annotated[float, Field(ge=MIN_RATE_MBPS, le=MAX_RATE_MBPS)]
-Seconds = Annotated[float, Field(gt=0, le=MAX_TIME_S)]
-Instant = Annotated[float, Field(ge=0, le=MAX_TIME_S)]
-LatencySeconds = Annotated[float, Field(ge=0, le=MAX_LATENCY_S)]
-ComputeSeconds = Annotated[float, Field(ge=0, le=MAX_COMPUTE_S)]
-EventRate = Annotated[float, Field(ge=0, le=MAX_EVENT_RATE_PER_S)]
-Factor = Annotated[float, Field(ge=1 / MAX_FACTOR, le=MAX_FACTOR)]
-Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT)]
-PowerDbm = Annotated[float, Field(ge=-30, le=60)]  # 1 uW .. 1 kW
-BandwidthHz = Annotated[float, Field(ge=1e3, le=1e10)]
-UpdateNorm = Annotated[float, Field(gt=0, le=1e6)]
-UnitInterval = Annotated[float, Field(ge=0, le=1)]
+BOOL_NOT_NUMBER = "bool_not_number"  # the error type of a true/false given for a number
+
+
+def _not_a_boolean(value: Any) -> Any:
+    """Refuse YAML's true/false where a number is due: pydantic's lax mode would read them as
+    1 and 0, so that ``rounds: true`` ran one round."""
+    if isinstance(value, bool):
+        raise PydanticCustomError(BOOL_NOT_NUMBER, "Input should be a number, not true/false")
+    return value
+
+
+# Every number of the schema carries NO_BOOL (tests/test_config.py walks the schema to check).
+# It comes after the bounds: before them, pydantic would move the bounds out of the number's
+# own schema (the JSON Schema would change) and rename a union's number member in error paths.
+# A union holding a number carries it on the whole union too, so true/false is one problem.
+NO_BOOL = BeforeValidator(_not_a_boolean)
+
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT), NO_BOOL]
+NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_COUNT), NO_BOOL]
+Rounds = Annotated[int, Field(gt=0, le=MAX_ROUNDS), NO_BOOL]
+Fraction = Annotated[float, Field(gt=0, le=1), NO_BOOL]
+RateMbps = Annotated[float, Field(ge=MIN_RATE_MBPS, le=MAX_RATE_MBPS), NO_BOOL]
+Seconds = Annotated[float, Field(gt=0, le=MAX_TIME_S), NO_BOOL]
+Instant = Annotated[float, Field(ge=0, le=MAX_TIME_S), NO_BOOL]
+LatencySeconds = Annotated[float, Field(ge=0, le=MAX_LATENCY_S), NO_BOOL]
+ComputeSeconds = Annotated[float, Field(ge=0, le=MAX_COMPUTE_S), NO_BOOL]
+EventRate = Annotated[float, Field(ge=0, le=MAX_EVENT_RATE_PER_S), NO_BOOL]
+Factor = Annotated[float, Field(ge=1 / MAX_FACTOR, le=MAX_FACTOR), NO_BOOL]
+Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT), NO_BOOL]
+PowerDbm = Annotated[float, Field(ge=-30, le=60), NO_BOOL]  # 1 uW .. 1 kW
+BandwidthHz = Annotated[float, Field(ge=1e3, le=1e10), NO_BOOL]
+UpdateNorm = Annotated[float, Field(gt=0, le=1e6), NO_BOOL]
+UnitInterval = Annotated[float, Field(ge=0, le=1), NO_BOOL]
 
 
 def _folder_name(value: str, allowed: str, what: str) -> str:

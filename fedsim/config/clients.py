@@ -11,6 +11,7 @@ from fedsim.config.base import (
     MAX_CLIENTS,
     MAX_TIME_S,
     MIN_PERIOD_S,
+    NO_BOOL,
     EventRate,
     Instant,
     _Strict,
@@ -28,8 +29,8 @@ class RenewalAvailability(_Strict):
     """On/off renewal process per client; every client starts online."""
 
     kind: Literal["renewal"] = "renewal"
-    mean_online_s: Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_TIME_S)]
-    mean_offline_s: Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_TIME_S)]
+    mean_online_s: Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_TIME_S), NO_BOOL]
+    mean_offline_s: Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_TIME_S), NO_BOOL]
     law: Literal["exponential", "fixed"] = "exponential"
 
 
@@ -59,13 +60,13 @@ Availability = tagged_union(AVAILABILITIES, "kind")
 
 class ScheduledChange(_Strict):
     time_s: Instant
-    count: Annotated[int, Field(gt=0, le=MAX_CLIENTS)]
+    count: Annotated[int, Field(gt=0, le=MAX_CLIENTS), NO_BOOL]
 
 
 class ArrivalsConfig(_Strict):
     """New clients drawn, in order, from a reserve partitioned with the others."""
 
-    reserve: Annotated[int, Field(ge=0, le=MAX_CLIENTS)] = 0
+    reserve: Annotated[int, Field(ge=0, le=MAX_CLIENTS), NO_BOOL] = 0
     rate_per_s: EventRate = 0.0
     schedule: list[ScheduledChange] = []
 
@@ -89,7 +90,7 @@ class DeparturesConfig(_Strict):
 
 
 class ClientsConfig(_Strict):
-    count: Annotated[int, Field(gt=0, le=MAX_CLIENTS)] = Field(
+    count: Annotated[int, Field(gt=0, le=MAX_CLIENTS), NO_BOOL] = Field(
         description=f"clients present at the start; with arrivals.reserve at most {MAX_CLIENTS:,}"
     )
     availability: Availability = AlwaysOnline()

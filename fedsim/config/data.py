@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
-from fedsim.config.base import PositiveInt, _Strict, tagged_union
+from fedsim.config.base import NO_BOOL, PositiveInt, _Strict, tagged_union
 from fedsim.config.laws import PositiveDistribution
 
 DATA_ENV_VAR = "FEDSIM_DATA"
 DEFAULT_DATA_ROOT = Path("data")  # the only data folder fedsim creates itself (for a download)
+# Samples of each dataset's training split (synthetic: the set fedsim generates), the pool the
+# clients share. Here, not in learn/data.py, so that validation can count without torch.
+TRAIN_POOL_SIZES = {"mnist": 60_000, "fashion_mnist": 60_000, "cifar10": 50_000, "synthetic": 6_000}
+SUGGESTED_TIMING_SAMPLES = 600  # per client, as MNIST among 100 clients (McMahan et al.)
+
+
+def pool_size(name: str, num_samples: int | None) -> int:
+    """How many training samples the clients share: the subset asked for, else the split."""
+    return num_samples or TRAIN_POOL_SIZES[name]
 
 
 class IidPartition(_Strict):
@@ -24,7 +33,7 @@ class DirichletPartition(_Strict):
     """Per class, client shares ~ Dir(alpha); small alpha = strong label skew."""
 
     kind: Literal["dirichlet"] = "dirichlet"
-    alpha: Annotated[float, Field(ge=1e-6, le=1e6)] = 0.5
+    alpha: Annotated[float, Field(ge=1e-6, le=1e6), NO_BOOL] = 0.5
     min_samples_per_client: PositiveInt = 10
 
 
@@ -50,7 +59,7 @@ class GroupShift(_Strict):
 
     kind: Literal["label_permutation", "rotation"]
     groups: PositiveInt = 4
-    angles_deg: list[Annotated[float, Field(ge=-360, le=360)]] | None = None
+    angles_deg: list[Annotated[float, Field(ge=-360, le=360), NO_BOOL]] | None = None
     sizes: list[PositiveInt] | None = Field(
         default=None, description="clients per group, in client order (default: equal blocks)"
     )
@@ -79,16 +88,27 @@ class TimingSamples(_Strict):
     )
 
 
+def _names_a_folder(value: Any) -> Any:
+    """An empty path is no folder the user chose: as a Path it is ``.``, the working folder,
+    which would pass every check and receive a download."""
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(
+            f"an empty path names no folder: leave root out (or null) for ${DATA_ENV_VAR}, "
+            "else ./data"
+        )
+    return value
+
+
 class DatasetConfig(_Strict):
     name: Literal["mnist", "fashion_mnist", "cifar10", "synthetic"]
-    root: Path | None = Field(
+    root: Annotated[Path | None, BeforeValidator(_names_a_folder)] = Field(
         default=None, description=f"data folder; default ${DATA_ENV_VAR}, else ./data"
     )
     download: bool = True
     num_samples: PositiveInt | None = Field(
         default=None, description="random subset of the training pool shared by all clients"
     )
-    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    test_fraction: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = 0.2
     partition: Partition = IidPartition()
     group_shift: GroupShift | None = None
     timing_samples: TimingSamples | None = Field(
@@ -106,6 +126,20 @@ class DatasetConfig(_Strict):
         if self.root is not None:
             return self.root
         return Path(os.environ.get(DATA_ENV_VAR) or DEFAULT_DATA_ROOT)
+
+
+def sample_shortage(dataset: DatasetConfig, count: int, reserve: int) -> str | None:
+    """``clients.count: ...`` saying that ``count`` clients plus the ``reserve`` outnumber the
+    training samples of ``dataset`` (each client needs one), or None when they do not."""
+    total, pool = count + reserve, pool_size(dataset.name, dataset.num_samples)
+    if total <= pool:
+        return None
+    reserve_note = " (with the arrivals' reserve)" if reserve else ""
+    subset = " (dataset.num_samples)" if dataset.num_samples else ""
+    return (
+        f"clients.count: {total:,} clients{reserve_note} but dataset {dataset.name} has "
+        f"{pool:,} samples{subset}, at least one per client"
+    )
 
 
 def data_root_problem(root: Path) -> str | None:

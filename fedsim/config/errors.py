@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
 from fedsim.config.algorithms import ALGORITHMS
-from fedsim.config.base import tag_of
+from fedsim.config.base import BOOL_NOT_NUMBER, _not_a_boolean, tag_of
 from fedsim.config.clients import AVAILABILITIES
 from fedsim.config.data import PARTITIONS
 from fedsim.config.laws import POWER_LAWS, RATE_LAWS
@@ -44,11 +46,17 @@ def _registry() -> dict[str, type[BaseModel]]:
 
 _TAG_MODELS = _registry()
 _UNION_TAGS = set(_TAG_MODELS)
+# pydantic names a union's number member after its true/false check too ("function-before[
+# _not_a_boolean(), constrained-int]"): paths show the member's own name, as before that check.
+_NO_BOOL_MEMBER = re.compile(rf"function-before\[{_not_a_boolean.__name__}\(\), (.*)\]")
 
 
 def _field_path(loc: tuple) -> str:
     path = ""
     for previous, part in zip((None, *loc), loc, strict=False):
+        member = _NO_BOOL_MEMBER.fullmatch(part) if isinstance(part, str) else None
+        if member is not None:
+            part = member.group(1)
         if isinstance(part, int):
             path += f"[{part}]"
         elif part in _UNION_TAGS or (previous == "constant" and part in ("value", "value_dbm")):
@@ -141,6 +149,85 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+@dataclass(frozen=True)
+class OutsideSchema:
+    """Where a key path leaves the schema: ``parts[at]`` is no key there (``value``: the path
+    goes on under a field that holds a value, not a section); ``reason`` says so."""
+
+    at: int
+    reason: str
+    value: bool
+
+
+def key_outside_schema(
+    parts: Sequence[str | int], data: Any, root: type[BaseModel]
+) -> OutsideSchema | None:
+    """Where the key path ``parts`` (names, and list indices as ints) leaves the schema of
+    ``root``, or None where it stays in it (or goes where the schema holds free keys).
+
+    ``data`` (the scenario as written) picks a union's member by its tag, so that the keys of
+    ``algorithms[0]`` are those of the algorithm named there; without a known tag, any
+    member's key will do. Sections absent from ``data`` are walked in the schema alone.
+    """
+    models: list[type[BaseModel]] = [root]
+    annotation: Any = root
+    node = data
+    for at, part in enumerate(parts):
+        where = _key_path(parts[:at])
+        if isinstance(part, int):
+            node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+            models = _tagged_as(_models_in(annotation), node)
+            continue
+        if not models:
+            if _free_keys(annotation):
+                return None
+            return OutsideSchema(at, f"{where} is a value, not a section", value=True)
+        # every candidate's keys; where two share one, the first member's field describes it
+        fields = {name: m.model_fields[name] for m in reversed(models) for name in m.model_fields}
+        if part not in fields:
+            valid = sorted(fields)
+            listed = f"; valid keys: {', '.join(valid)}" if len(models) == 1 else ""
+            inside = f" in {where}" if where else ""
+            reason = f"no key {part!r}{inside}{did_you_mean(part, valid)}{listed}"
+            return OutsideSchema(at, reason, value=False)
+        annotation = fields[part].annotation
+        node = node.get(part) if isinstance(node, dict) else None
+        models = _tagged_as(_models_in(annotation), node)
+    return None
+
+
+def _tagged_as(models: list[type[BaseModel]], node: Any) -> list[type[BaseModel]]:
+    """The union members whose tag ``node`` (a section as written) gives, else them all."""
+    if len(models) < 2 or not isinstance(node, dict):
+        return models
+    tagged = [
+        model
+        for model in models
+        for name in ("kind", "name")
+        if name in model.model_fields
+        and node.get(name) in getattr(model.model_fields[name].annotation, "__args__", ())
+    ]
+    return tagged or models
+
+
+def _free_keys(annotation: Any) -> bool:
+    """Whether an annotation is (or may be) a mapping of free keys, e.g. ``sweep``."""
+    if getattr(annotation, "__origin__", None) is dict:
+        return True
+    return any(_free_keys(arg) for arg in getattr(annotation, "__args__", ()) or ())
+
+
+def _key_path(parts: Sequence[str | int]) -> str:
+    """``algorithms[0].deadline_s`` from its parts."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
+
+
+def did_you_mean(word: Any, choices: list[str]) -> str:
+    """`` (did you mean 'x'?)`` with the choice closest to a misspelled key or name, or ''."""
+    hint = difflib.get_close_matches(str(word), choices, n=1)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
 def describe(error: dict, root: type[BaseModel]) -> str:
     """One pydantic error (of ``error.errors()``) of a ``root`` model as ``field.path: reason``."""
     loc = tuple(error["loc"])
@@ -148,16 +235,17 @@ def describe(error: dict, root: type[BaseModel]) -> str:
     if error["type"] == "extra_forbidden":
         parent = _model_at(loc[:-1], root)
         valid = sorted(parent.model_fields) if parent else []
-        hint = difflib.get_close_matches(str(loc[-1]), valid, n=1)
-        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+        suggestion = did_you_mean(loc[-1], valid)
         parent_path = _field_path(loc[:-1])  # the unknown key itself is never a union tag
         key = _key_text(loc[-1])
         path = key if parent_path == "(top level)" else f"{parent_path}.{key}"
         return f"{path}: unknown key{suggestion}; valid keys: {', '.join(valid)}"
     if error["type"] == "union_tag_invalid":
         context = error["ctx"]
+        key = context["discriminator"].strip("'")
+        suggestion = did_you_mean(context["tag"], _union_tags(loc, key, root))
         return (
-            f"{path}.{context['discriminator'].strip(chr(39))}: unknown {_shown(context['tag'])}; "
+            f"{path}.{key}: unknown {_shown(context['tag'])}{suggestion}; "
             f"valid: {context['expected_tags']}"
         )
     if error["type"] == "union_tag_not_found":
@@ -176,6 +264,6 @@ def describe(error: dict, root: type[BaseModel]) -> str:
     value = error.get("input")
     named = isinstance(value, str) and value in message  # e.g. a file path the message names
     shown = isinstance(value, (int, float, str, bool)) and not named
-    if error["type"] != "missing" and shown:
+    if error["type"] not in ("missing", BOOL_NOT_NUMBER) and shown:  # true/false: said already
         message += f" (got {_shown(value)})"
     return f"{path}: {message}"

@@ -11,18 +11,16 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
-from fedsim.config.base import MAX_LOG_SIGMA, PowerDbm, RateMbps, _Strict, tagged_union
+from fedsim.config.base import MAX_LOG_SIGMA, NO_BOOL, PowerDbm, RateMbps, _Strict, tagged_union
 
 
 def _number_is_constant(value_key: str, *, any_text: bool) -> BeforeValidator:
     """A plain number is ``{kind: constant, <value_key>: number}``; so is a numeric string, as
-    YAML reads ``1e3``, or with any_text any string (the constant's own field then says why
-    it is no number)."""
+    YAML reads ``1e3``, with any_text any string, and true/false (the constant's own field
+    then says why it is no number)."""
 
     def constant(value: Any) -> Any:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, (int, float)) or (
+        if isinstance(value, (bool, int, float)) or (
             isinstance(value, str) and (any_text or _is_number(value))
         ):
             return {"kind": "constant", value_key: value}
@@ -77,7 +75,7 @@ class Uniform(_Strict):
 class LogNormal(_Strict):
     kind: Literal["lognormal"] = "lognormal"
     median: RateMbps
-    sigma: Annotated[float, Field(ge=0, le=MAX_LOG_SIGMA)]
+    sigma: Annotated[float, Field(ge=0, le=MAX_LOG_SIGMA), NO_BOOL]
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         return self.median * np.exp(self.sigma * rng.standard_normal(size))
@@ -116,7 +114,7 @@ class NormalDbm(_Strict):
 
     kind: Literal["normal"] = "normal"
     mean_dbm: PowerDbm
-    std_db: Annotated[float, Field(ge=0, le=20)]
+    std_db: Annotated[float, Field(ge=0, le=20), NO_BOOL]
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         return np.clip(self.mean_dbm + self.std_db * rng.standard_normal(size), -30.0, 60.0)

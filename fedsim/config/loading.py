@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from fedsim.config.base import ScenarioError
+from fedsim.config.errors import key_outside_schema
 from fedsim.config.scenario import Scenario, _describe
 
 
@@ -20,7 +21,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects a key given twice (PyYAML would keep the last silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set = set()
+        seen: dict = {}  # key -> the line it first appears on
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, (str, int, float, bool, type(None))):
@@ -30,12 +31,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     f"a key must be a plain name, not a {type(key).__name__}",
                     key_node.start_mark,
                 )
+            line = key_node.start_mark.line + 1
             if key in seen:
-                line = key_node.start_mark.line + 1
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice (line {line})", key_node.start_mark
+                where = (
+                    f" on line {line}" if seen[key] == line else f": lines {seen[key]} and {line}"
                 )
-            seen.add(key)
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice{where}", key_node.start_mark
+                )
+            seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
 
@@ -75,6 +79,9 @@ def apply_overrides(data: Any, overrides: Sequence[str]) -> Any:
                 "--set", [f"--set {key}: invalid value {text!r}: {error}"]
             ) from None
         if key.startswith("sweep."):
+            outside = key_outside_schema(key.removeprefix("sweep.").split("."), data, Scenario)
+            if outside is not None:
+                raise ScenarioError("--set", [f"--set {key}: {outside.reason}"])
             data.setdefault("sweep", {})
             if not isinstance(data["sweep"], dict):
                 raise ScenarioError("--set", [f"--set {key}: sweep is not a mapping"])
@@ -85,7 +92,12 @@ def apply_overrides(data: Any, overrides: Sequence[str]) -> Any:
 
 
 def _set_path(data: dict, key: str, value: Any) -> None:
-    """data[a][b][i]... = value for key ``a.b[i]...``; missing sections become mappings."""
+    """data[a][b][i]... = value for key ``a.b[i]...``; missing sections become mappings.
+
+    A key that leaves the schema is refused here, naming it, where the override could not
+    build it as written (a list index after it, or keys under a field that holds a value); one
+    that builds as sections is left to validation, which names it as in a file
+    (``a.b: unknown key (did you mean ...)``)."""
     parts: list[str | int] = []
     for name in key.split("."):
         match = re.fullmatch(r"([^\[\]]+)((?:\[\d+\])*)", name)
@@ -93,6 +105,11 @@ def _set_path(data: dict, key: str, value: Any) -> None:
             raise ScenarioError("--set", [f"--set {key}: {name!r} is not a key or key[index]"])
         parts.append(match.group(1))
         parts += [int(i) for i in re.findall(r"\[(\d+)\]", match.group(2))]
+    outside = key_outside_schema(parts, data, Scenario)
+    if outside is not None and (
+        outside.value or any(isinstance(part, int) for part in parts[outside.at :])
+    ):
+        raise ScenarioError("--set", [f"--set {key}: {outside.reason}"])
     node: Any = data
     for i, part in enumerate(parts[:-1]):
         where = ".".join(str(p) for p in parts[: i + 1])

@@ -27,6 +27,7 @@ from fedsim.config.base import (
     MAX_SWEEP_RUNS,
     MAX_TIME_S,
     MIN_RATE_MBPS,
+    NO_BOOL,
     Fraction,
     Rounds,
     Seconds,
@@ -36,7 +37,7 @@ from fedsim.config.base import (
     _Strict,
 )
 from fedsim.config.clients import ClientsConfig
-from fedsim.config.data import DatasetConfig
+from fedsim.config.data import SUGGESTED_TIMING_SAMPLES, DatasetConfig, sample_shortage
 from fedsim.config.errors import describe
 from fedsim.config.system import SystemConfig
 from fedsim.config.training import ModelConfig, TrainingConfig
@@ -65,7 +66,7 @@ class EvaluationConfig(_Strict):
     """
 
     every_rounds: Rounds | None = None
-    every_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S)] | None = None
+    every_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S), NO_BOOL] | None = None
     target_accuracy: Fraction | None = None
 
     @model_validator(mode="before")
@@ -92,7 +93,7 @@ class Scenario(_Strict):
     name: Annotated[str, AfterValidator(_scenario_name)] = Field(
         description="results folder name: letters, digits, _ . + -"
     )
-    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED), NO_BOOL] = 0
     dataset: DatasetConfig
     model: ModelConfig
     clients: ClientsConfig
@@ -279,6 +280,21 @@ class Scenario(_Strict):
                     f"system.d2d.edge_list: edge {u}-{v} has rate {rate_bps / 1e6:g} Mbps, "
                     f"outside {MIN_RATE_MBPS:g}..{MAX_RATE_MBPS:g}"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _a_sample_per_client(self) -> Scenario:
+        """Every client trains on at least one sample of the shared pool. A budget of more
+        clients than samples needs dataset.timing_samples; with it the scenario is valid, and
+        a training run refuses it when it builds the data (runner.build_dataset)."""
+        clients = self.clients
+        shortage = sample_shortage(self.dataset, clients.count, clients.arrivals.reserve)
+        if shortage is not None and self.dataset.timing_samples is None:
+            raise ValueError(
+                f"{shortage}: to budget without data, set dataset.timing_samples: add "
+                f"`timing_samples: {{per_client: {SUGGESTED_TIMING_SAMPLES}}}` under dataset "
+                "(fedsim budget then gives each client a sample count from that law)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ from fedsim.config.base import (
     MAX_RATE_MBPS,
     MIN_RATE_MBPS,
     MIN_TAIL_SHAPE,
+    NO_BOOL,
     ComputeSeconds,
     Factor,
     Fraction,
@@ -38,7 +39,7 @@ class NetworkConfig(_Strict):
         default=None, description="shared uplink: capacity split among concurrent uploads"
     )
     downlink: Literal["broadcast", "unicast"] = "broadcast"
-    precision_bits: Literal[8, 16, 32, 64] = 32
+    precision_bits: Annotated[Literal[8, 16, 32, 64], NO_BOOL] = 32
 
     @model_validator(mode="after")
     def _capacity_for_shared(self) -> NetworkConfig:
@@ -51,8 +52,8 @@ class D2DConfig(_Strict):
     """Device-to-device links for decentralized algorithms."""
 
     graph: Literal["complete", "ring", "erdos_renyi", "random_geometric", "edge_list"] = "complete"
-    p: Annotated[float, Field(gt=0, le=1)] = 0.3
-    radius: Annotated[float, Field(gt=0, le=2)] = Field(
+    p: Annotated[float, Field(gt=0, le=1), NO_BOOL] = 0.3
+    radius: Annotated[float, Field(gt=0, le=2), NO_BOOL] = Field(
         default=0.3, description="in the unit square (from its diagonal, 1.41, on: complete)"
     )
     edge_list: Path | None = Field(
@@ -77,15 +78,15 @@ class DeviceClass(_Strict):
 class Stragglers(_Strict):
     """A fixed random subset of clients whose compute is slowed down."""
 
-    fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
-    slowdown: Annotated[float, Field(ge=1, le=MAX_FACTOR)] = 1.0
+    fraction: Annotated[float, Field(ge=0, le=1), NO_BOOL] = 0.0
+    slowdown: Annotated[float, Field(ge=1, le=MAX_FACTOR), NO_BOOL] = 1.0
 
 
 class HeavyTail(_Strict):
     """Extra delay per task ~ scale_s * Lomax(shape) (Pareto II; infinite mean if shape <= 1)."""
 
-    shape: Annotated[float, Field(ge=MIN_TAIL_SHAPE, le=1e6)]
-    scale_s: Annotated[float, Field(gt=0, le=MAX_COMPUTE_S)]
+    shape: Annotated[float, Field(ge=MIN_TAIL_SHAPE, le=1e6), NO_BOOL]
+    scale_s: Annotated[float, Field(gt=0, le=MAX_COMPUTE_S), NO_BOOL]
 
 
 class CyclesConfig(_Strict):
@@ -97,8 +98,8 @@ class CyclesConfig(_Strict):
     frequency_ghz: PositiveDistribution = Field(
         default=Constant(value=1.0), description="per-client CPU frequency (a number or a law)"
     )
-    cycles_per_sample: Annotated[float, Field(ge=1, le=1e12)] = 2e4
-    capacitance: Annotated[float, Field(gt=0, le=1e-20)] = Field(
+    cycles_per_sample: Annotated[float, Field(ge=1, le=1e12), NO_BOOL] = 2e4
+    capacitance: Annotated[float, Field(gt=0, le=1e-20), NO_BOOL] = Field(
         default=1e-28, description="effective switched capacitance kappa"
     )
 
@@ -132,14 +133,14 @@ class ComputeConfig(_Strict):
 class ChargingConfig(_Strict):
     """An empty battery recharges offline at power_w until resume_fraction of its capacity."""
 
-    power_w: Annotated[float, Field(gt=0, le=1e4)]
-    resume_fraction: Annotated[float, Field(gt=0, le=1)] = 0.8
+    power_w: Annotated[float, Field(gt=0, le=1e4), NO_BOOL]
+    resume_fraction: Annotated[float, Field(gt=0, le=1), NO_BOOL] = 0.8
 
 
 class BatteryConfig(_Strict):
     capacity_j: PositiveDistribution = Field(description="per-client capacity (a number or a law)")
-    initial_fraction: Annotated[float, Field(gt=0, le=1)] = 1.0
-    min_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(
+    initial_fraction: Annotated[float, Field(gt=0, le=1), NO_BOOL] = 1.0
+    min_fraction: Annotated[float, Field(ge=0, lt=1), NO_BOOL] = Field(
         default=0.0, description="a client below this fraction of its capacity is not selected"
     )
     charging: ChargingConfig | None = Field(
@@ -156,11 +157,11 @@ class EnergyConfig(_Strict):
         default=ConstantDbm(value_dbm=10.0),
         description="without system.radio (with it, radio.tx_power_dbm)",
     )
-    circuit_power_w: Annotated[float, Field(ge=0, le=100)] = Field(
+    circuit_power_w: Annotated[float, Field(ge=0, le=100), NO_BOOL] = Field(
         default=0.0, description="added while transmitting"
     )
-    rx_power_w: Annotated[float, Field(ge=0, le=100)] = 0.0
-    idle_power_w: Annotated[float, Field(ge=0, le=100)] = Field(
+    rx_power_w: Annotated[float, Field(ge=0, le=100), NO_BOOL] = 0.0
+    idle_power_w: Annotated[float, Field(ge=0, le=100), NO_BOOL] = Field(
         default=0.0, description="drawn all the time a client is online"
     )
     battery: BatteryConfig | None = None

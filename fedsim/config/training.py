@@ -6,10 +6,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from fedsim.config.base import MAX_LR, MAX_THREADS, MAX_WIDTH, Fraction, PositiveInt, _Strict
+from fedsim.config.base import (
+    MAX_LR,
+    MAX_THREADS,
+    MAX_WIDTH,
+    NO_BOOL,
+    Fraction,
+    PositiveInt,
+    _Strict,
+)
 
 ModelName = Literal["mlp", "lenet5", "cnn"]
-HiddenSizes = Annotated[tuple[Annotated[int, Field(gt=0, le=MAX_WIDTH)], ...], Field(max_length=64)]
+HiddenSizes = Annotated[
+    tuple[Annotated[int, Field(gt=0, le=MAX_WIDTH), NO_BOOL], ...], Field(max_length=64)
+]
 
 
 class ModelShare(_Strict):
@@ -48,9 +58,9 @@ class ModelConfig(_Strict):
 
 class TrainingConfig(_Strict):
     optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: Annotated[float, Field(gt=0, le=MAX_LR)] = 0.05
-    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    weight_decay: Annotated[float, Field(ge=0, le=1)] = 0.0
+    lr: Annotated[float, Field(gt=0, le=MAX_LR), NO_BOOL] = 0.05
+    momentum: Annotated[float, Field(ge=0, lt=1), NO_BOOL] = 0.0
+    weight_decay: Annotated[float, Field(ge=0, le=1), NO_BOOL] = 0.0
     batch_size: PositiveInt = 32
     local_epochs: PositiveInt | None = None
     local_steps: PositiveInt | None = None
@@ -59,7 +69,7 @@ class TrainingConfig(_Strict):
         description="how trainings of one architecture run: one by one (loop), vectorized "
         "across clients (vmap), or whichever was measured faster on this device (auto)",
     )
-    threads: Annotated[int, Field(gt=0, le=MAX_THREADS)] = Field(
+    threads: Annotated[int, Field(gt=0, le=MAX_THREADS), NO_BOOL] = Field(
         default=1,
         description="torch intra-op threads per run (1: small models gain nothing from more, "
         "and lose badly when cores are shared); results depend on it",

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedsim.config import DATA_ENV_VAR, DEFAULT_DATA_ROOT, data_root_problem
+from fedsim.config import DATA_ENV_VAR, DEFAULT_DATA_ROOT, TRAIN_POOL_SIZES, data_root_problem
 
 DATASET_NAMES = ("mnist", "fashion_mnist", "cifar10", "synthetic")
 PARTITION_NAMES = ("iid", "dirichlet", "label_groups")
@@ -46,7 +46,7 @@ _IDX_FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
 _IDX_PREFIX = {"train": "train", "test": "t10k"}
 
 _SYNTHETIC_SEED = 20240607  # fixed: the synthetic task is the same for every experiment seed
-_SYNTHETIC_SIZES = {"train": 6000, "test": 1000}
+_SYNTHETIC_SIZES = {"train": TRAIN_POOL_SIZES["synthetic"], "test": 1000}
 _SYNTHETIC_CONTRAST = 70.0  # prototype amplitude around mid-grey, in pixel levels
 _SYNTHETIC_NOISE = 100.0  # per-pixel noise std: an MLP needs ~150 SGD steps for >90%
 
@@ -96,12 +96,6 @@ def count_shards(name: str, train_counts: np.ndarray, test_fraction: float) -> F
     tests = np.ceil(train_counts * test_fraction / (1.0 - test_fraction)).astype(int)
     shards = [CountShard(int(n), int(t)) for n, t in zip(train_counts, tests, strict=True)]
     return FederatedDataset(name, shards, _NUM_CLASSES[name], _INPUT_SHAPES[name])
-
-
-def pool_size(name: str, num_samples: int | None) -> int:
-    """How many training samples the clients share: the subset asked for, else the split."""
-    sizes = {"mnist": 60_000, "fashion_mnist": 60_000, "cifar10": 50_000}
-    return num_samples or sizes.get(name, _SYNTHETIC_SIZES["train"])
 
 
 @dataclass(frozen=True)
