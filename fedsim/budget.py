@@ -53,7 +53,8 @@ class Budget:
     uplink_bytes: int
     downlink_bytes: int
     d2d_bytes: int
-    wasted_bytes: int
+    wasted_bytes: int  # on the air for nothing: retransmitted blocks and cut transfers
+    retransmitted_bytes: int  # of those, failed transport blocks sent again (harq)
     participants_per_round: float  # updates the server kept (applied, for an async server)
     closed_form_round_s: float | None
     # Rounds that selected clients but kept no update, and where those clients' tasks were
@@ -114,6 +115,7 @@ def budget_algorithm(
         downlink_bytes=log.downlink_bytes,
         d2d_bytes=log.d2d_bytes,
         wasted_bytes=log.wasted_bytes,
+        retransmitted_bytes=log.retransmitted_bytes,
         participants_per_round=float(np.mean([r["participants"] for r in rows])) if rows else 0.0,
         closed_form_round_s=closed_form_round_s(scenario, algorithm, world),
         radio=rate_distribution(world.network.radio) if world.network.radio else None,
@@ -195,7 +197,7 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
     )  # fmt: skip
     traffic_columns = (
         "up_MB/rnd", "down_MB/rnd", "d2d_MB/rnd", "up_tx/rnd", "down_tx/rnd", "d2d_tx/rnd",
-        "wasted_MB", "total_MB",
+        "delivered_MB", "retx_MB", "cut_MB", "on_air_MB", "wasted",
     )  # fmt: skip
     lines = [
         f"scenario {scenario.name}: {scenario.clients.count} clients, model "
@@ -219,13 +221,17 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
             b.downlink_transmissions_per_round,
             b.d2d_transmissions_per_round,
         )
-        total_mb = (b.uplink_bytes + b.downlink_bytes + b.d2d_bytes) / 1e6
+        delivered = b.uplink_bytes + b.downlink_bytes + b.d2d_bytes
+        on_air = delivered + b.wasted_bytes
+        totals = (delivered, b.retransmitted_bytes, b.wasted_bytes - b.retransmitted_bytes)
         lines.append(
             f"{b.algorithm:>{name_width}} "
             + " ".join(cell(v / 1e6, 11) for v in per_round)
             + " "
             + " ".join(cell(v, 11, 1) for v in transmissions)
-            + f" {cell(b.wasted_bytes / 1e6, 11)} {cell(total_mb, 11, 2)}"
+            + " "
+            + " ".join(cell(v / 1e6, 11, 2) for v in (*totals, on_air))
+            + f" {b.wasted_bytes / on_air if on_air else 0:>11.1%}"
         )
     lines += _empty_round_lines(budgets)
     lines += _radio_lines(budgets, name_width)
@@ -240,7 +246,10 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
         "closed_form_s: E[round time] where a closed form is exact, n/a otherwise. Breakdown "
         "n/a: no participant to break down (local training and asynchronous servers gather no "
         "round; a round that kept no update has none: see why above). "
-        "_tx/rnd: transmissions started per round (a multicast counts once).",
+        "_tx/rnd: transmissions started per round (a multicast counts once). on_air_MB = "
+        "delivered_MB + retx_MB (transport blocks that failed and were sent again) + cut_MB "
+        "(transfers cut or lost, updates dropped, broadcasts nobody received); wasted = "
+        "(retx + cut) / on_air.",
     ]
     return "\n".join(lines)
 
@@ -298,18 +307,27 @@ def _radio_lines(budgets: list[Budget], name_width: int) -> list[str]:
         "",
         f"{'radio':>{name_width}} "
         + " ".join(f"{c + ' p10/p50/p90':>20}" for c in columns)
-        + f" {'outages':>9} {'retransmit':>10} {'given_up':>9}",
+        + f" {'outages':>9} {'retransmit':>10} {'given_up':>9} {'BLER':>7} {'MCS':>6}",
     ]
     for b in runs:
         radio = b.radio
+        harq = (
+            f" {radio['bler']:>7.1%} {radio['mean_mcs']:>6.1f}"
+            if radio.get("bler") is not None
+            else f" {'n/a':>7} {'n/a':>6}"
+        )
         lines.append(
             f"{b.algorithm:>{name_width}} "
             + " ".join(spread(radio[k]) for k in keys)
             + f" {radio['outages']:>9} {radio['retransmissions']:>10} {radio['given_up']:>9}"
+            + harq
         )
     lines.append(
         "radio: SNR on the whole uplink band without fading; rates as the transfers got them "
-        "(band shares, fading, outages), over the clients that used the link; rho = down / up."
+        "(band shares, fading, outages, failed blocks), over the clients that used the link; "
+        "rho = down / up; outages, retransmit, given_up: whole transfers (whole_transfer and "
+        "per_upload links); BLER and MCS: the harq link's transport blocks (failed share, mean "
+        "MCS index)."
     )
     return lines
 
@@ -324,19 +342,21 @@ def _energy_lines(budgets: list[Budget], name_width: int) -> list[str]:
     lines = [
         "",
         f"{'energy':>{name_width}} " + " ".join(f"{p[:-2] + ' J/rnd':>13}" for p in parts)
-        + f" {'total J':>13}",
+        + f" {'total J':>13} {'wasted':>8}",
     ]  # fmt: skip
     for b in runs:
         count = max(b.rounds, 1)
         total_j = sum(b.energy_j[p] for p in parts[:-1])
+        share = b.energy_j["wasted_j"] / total_j if total_j else 0.0
         lines.append(
             f"{b.algorithm:>{name_width}} "
             + " ".join(f"{b.energy_j[p] / count:>13.4g}" for p in parts)
-            + f" {total_j:>13.4g}"
+            + f" {total_j:>13.4g} {share:>8.1%}"
         )
     lines.append(
         "energy: summed over the clients; compute = the cycles model's k c D f^2, tx = transmit "
         "(uplink and D2D) power x air time, rx = receive power x air time; wasted is the part of "
-        "those spent on work that was lost (cut, aborted, lost to outage)."
+        "those spent on work that was lost (cut, aborted, lost to outage, the air time of failed "
+        "transport blocks), and its share of the total."
     )
     return lines

@@ -19,24 +19,20 @@ from fedsim.budget import budget_algorithm, format_budgets
 from fedsim.cli import main
 from fedsim.config import ScenarioError, parse_scenario
 from fedsim.runner import build_dataset, build_trainers
+from fedsim.sim.draws import Fading
 from fedsim.sim.event_check import check_events
 from fedsim.sim.events import EventLog
+from fedsim.sim.geometry import RandomWaypoint
 from fedsim.sim.network import Network, TransmissionLost
-from fedsim.sim.radio import (
-    UPLINK,
-    Fading,
-    Outage,
-    PathLoss,
-    Radio,
-    RadioSettings,
-    RandomWaypoint,
-)
+from fedsim.sim.pathloss import PathLoss
+from fedsim.sim.radio import UPLINK, LinkSettings, Outage, Radio, RadioSettings
 from fedsim.sim.topology import assign_edge_rates
 from fedsim.study import run_scenario
 from tests.conftest import REPO, tiny_scenario
 from tests.radio_golden import CASES, events_of
 
 BAND_HZ = 20e6
+WHOLE = LinkSettings("whole_transfer")  # fedsim's first loss rule, kept as a stress test
 NOISE_DBM_PER_HZ = -174.0
 
 
@@ -118,7 +114,9 @@ def test_snr_gap_spectral_cap_and_outage_floor_shape_the_rate_as_written():
     gap = make_radio(env, [(1, 1)], snr_gap_db=10 * math.log10(5))
     assert gap.rate_bps(1e6, 15.0) == pytest.approx(2e6)
     assert make_radio(env, [(1, 1)], max_bits_per_hz=3.0).rate_bps(1e6, 15.0) == pytest.approx(3e6)
-    floor = make_radio(env, [(1, 1)], outage=Outage(snr_threshold_db=10 * math.log10(3)))
+    floor = make_radio(
+        env, [(1, 1)], outage=Outage(snr_threshold_db=10 * math.log10(3)), link=WHOLE
+    )
     assert floor.rate_bps(1e6, 0.01) == pytest.approx(2e6)  # the lowest scheme's rate
 
 
@@ -154,6 +152,7 @@ def test_rayleigh_outage_fraction_is_one_minus_exp_of_minus_threshold_over_snr()
     radio = rayleigh_radio(
         env, 400.0, coherence_s=None,  # a new fade at every transmission
         outage=Outage(snr_threshold_db=threshold_db, max_retransmissions=0),
+        link=WHOLE,
     )  # fmt: skip
     outcomes = one_after_another(env, make_network(env, radio), attempts := 4000)
     lost = outcomes.count("lost") / attempts
@@ -214,7 +213,9 @@ def test_fixed_subbands_queue_the_extra_upload_and_tdma_sends_one_at_a_time():
 
 def test_a_broadcast_goes_at_the_weakest_members_snr_and_a_d2d_link_by_its_distance():
     env = simpy.Environment()
-    radio = make_radio(env, [(0.0, 100.0), (0.0, 450.0), (0.0, 150.0)])
+    radio = make_radio(
+        env, [(0.0, 100.0), (0.0, 450.0), (0.0, 150.0)], d2d_path_loss=PathLoss("macro")
+    )
     graph = nx.complete_graph(3)
     assign_edge_rates(graph, [1.0] * 3, 0.0)  # rates the radio replaces
     network = make_network(env, radio, graph=graph)
@@ -250,7 +251,7 @@ RADIO = {
     "cell_radius_m": 400.0,
     "shadowing_db": 6.0,
     "fading": {"model": "rayleigh", "coherence_s": 0.05},
-    "outage": {"snr_threshold_db": 5.0, "max_retransmissions": 1},
+    "link": {"model": "whole_transfer", "snr_threshold_db": 5.0, "max_retransmissions": 1},
     "mobility": {"speed_mps": 2.0, "update_s": 0.5},
 }
 
@@ -410,6 +411,7 @@ def test_packet_error_outage_follows_chens_law():
     radio = make_radio(
         env, [(300.0, 0.0)],
         outage=Outage(model="packet_error", waterfall_m=waterfall_m, max_retransmissions=0),
+        link=WHOLE,
     )  # fmt: skip
     outcomes = one_after_another(env, make_network(env, radio), attempts := 3000)
     lost = outcomes.count("lost") / attempts

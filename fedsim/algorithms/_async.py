@@ -137,6 +137,7 @@ def async_server(
             dispatch = _Dispatch(client, version, world.start_task(client, body))
             busy[client] = dispatch
             dispatch.task.delivered.callbacks.append(lambda _, d=dispatch: settle(d))
+            dispatch.task.on_lost = lambda _, d=dispatch: settle(d)  # the radio lost it
             if config.task_timeout_s is not None:
                 if env.now + config.task_timeout_s == env.now:  # it would fire at once, forever
                     raise ScenarioError(
@@ -161,7 +162,7 @@ def async_server(
                 yield env.any_of(waiting)
                 continue
             dispatch = settled.pop(0)
-            if not dispatch.task.delivered.triggered:  # timed out: give up on it
+            if not dispatch.task.delivered.triggered:  # timed out (or lost): give up on it
                 world.cancel(dispatch.task)
                 timeouts_in_a_row += 1
                 if timeouts_in_a_row == STALLED_TASKS_PER_SLOT * config.max_concurrency:
@@ -170,7 +171,8 @@ def async_server(
                         [
                             f"{world.setting('task_timeout_s')}: the last {timeouts_in_a_row:,} "
                             f"tasks all timed out ({config.task_timeout_s:g} s after dispatch) "
-                            f"by t = {env.now:g} s, not one update arrived: raise the timeout"
+                            f"or were lost by t = {env.now:g} s, not one update arrived: raise "
+                            "the timeout"
                         ],
                     )
                 continue

@@ -20,7 +20,7 @@ from fedsim.config.base import BOOL_NOT_NUMBER, _not_a_boolean, tag_of
 from fedsim.config.clients import AVAILABILITIES
 from fedsim.config.data import PARTITIONS
 from fedsim.config.laws import POWER_LAWS, RATE_LAWS
-from fedsim.config.radio import PATH_LOSSES
+from fedsim.config.radio import D2D_PATH_LOSSES, LINKS, PATH_LOSSES
 
 # Every tagged union of the schema, with its tag field. Two unions may share a tag (``constant``
 # and ``uniform`` are rate laws and power laws): the registry keeps the first, the rate law, and
@@ -29,6 +29,8 @@ TAGGED_UNIONS: tuple[tuple[tuple[type[BaseModel], ...], str], ...] = (
     (RATE_LAWS, "kind"),
     (AVAILABILITIES, "kind"),
     (PATH_LOSSES, "kind"),
+    (D2D_PATH_LOSSES, "kind"),
+    (LINKS, "model"),
     (POWER_LAWS, "kind"),
     (PARTITIONS, "kind"),
     (ALGORITHMS, "name"),

@@ -1,12 +1,12 @@
 """The radio (``system.radio``, optional): link rates from a physical-layer channel, with its
-path-loss laws, fading, outage and mobility."""
+path-loss laws, fading, link layer and mobility."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from fedsim.config.base import (
     MAX_COUNT,
@@ -19,7 +19,7 @@ from fedsim.config.base import (
     tagged_union,
 )
 from fedsim.config.laws import ConstantDbm, PowerLaw
-from fedsim.sim.readers import read_positions
+from fedsim.sim.readers import read_positions, sionna_tables_folder
 
 
 class MacroPathLoss(_Strict):
@@ -53,6 +53,21 @@ PATH_LOSSES = (MacroPathLoss, LogDistancePathLoss, FreeSpacePathLoss)
 PathLossConfig = Annotated[tagged_union(PATH_LOSSES, "kind"), BeforeValidator(_name_is_kind)]
 
 
+class UmiStreetCanyonPathLoss(_Strict):
+    """3GPP TR 38.901 UMi-Street Canyon between two antennas at one height (1.5 m: two
+    handsets, as TR 37.885 takes it for vehicle-to-vehicle links), line of sight drawn per
+    pair from the LOS probability (or fixed); for device-to-device links."""
+
+    kind: Literal["umi_street_canyon"] = "umi_street_canyon"
+    carrier_ghz: Annotated[float, Field(ge=0.5, le=100), NO_BOOL] = 2.0
+    height_m: Annotated[float, Field(ge=1.01, le=100), NO_BOOL] = 1.5
+    los: Literal["probability", "always", "never"] = "probability"
+
+
+D2D_PATH_LOSSES = (UmiStreetCanyonPathLoss, *PATH_LOSSES)
+D2DPathLossConfig = Annotated[tagged_union(D2D_PATH_LOSSES, "kind"), BeforeValidator(_name_is_kind)]
+
+
 class FadingConfig(_Strict):
     """Small-scale block fading, re-drawn every coherence_s (null: at every transmission)."""
 
@@ -66,15 +81,115 @@ class FadingConfig(_Strict):
     )
 
 
-class OutageConfig(_Strict):
-    """A block is lost below an SNR threshold, or with Chen et al.'s q = 1 - exp(-m / SNR)."""
+class IdealLink(_Strict):
+    """Shannon's rate on the band share (with snr_gap_db and max_bits_per_hz), nothing lost."""
 
-    model: Literal["threshold", "packet_error"] = "threshold"
+    model: Literal["ideal"] = "ideal"
+
+
+class OllaConfig(_Strict):
+    """Outer-loop link adaptation (Sampath et al. 1997; Sionna SYS's OuterLoopLinkAdaptation):
+    the SNR offset rises by step_db per failed transport block and falls by
+    step_db·target/(1 − target) per delivered one, so the BLER converges to the target."""
+
+    step_db: Annotated[float, Field(gt=0, le=10), NO_BOOL] = Field(
+        default=1.0, description="Δ_up per failed block (Sionna's default)"
+    )
+
+
+class HarqLink(_Strict):
+    """NR transport blocks: per fading block, the highest MCS whose BLER at the channel
+    estimate meets target_bler; failed blocks sent again (HARQ) while the transfer goes on;
+    nothing sent below the lowest MCS. See the README's "Link layer"."""
+
+    model: Literal["harq"] = "harq"
+    target_bler: Annotated[float, Field(ge=1e-4, le=0.5), NO_BOOL] = 0.1
+    mcs_table: Literal["64qam", "256qam"] = Field(
+        default="64qam", description="TS 38.214 Table 5.1.3.1-1 (64qam) or -2 (256qam)"
+    )
+    subcarrier_spacing_khz: Annotated[Literal[15, 30, 60, 120], NO_BOOL] = Field(
+        default=30, description="numerology: PRBs of 12 subcarriers, slots of 15/SCS ms"
+    )
+    bler_tables: Literal["auto", "sionna", "builtin"] = Field(
+        default="auto",
+        validate_default=True,
+        description="BLER curves: Sionna's 5G NR tables (the nr extra), or the built-in "
+        "finite-length bound; auto: Sionna's where installed (resolved at validation)",
+    )
+    max_transmissions: Annotated[int, Field(ge=1, le=32), NO_BOOL] = Field(
+        default=4, description="HARQ transmissions of a block before RLC starts it over"
+    )
+    combining: Literal["chase", "none"] = Field(
+        default="chase",
+        description="chase: the k-th transmission of a block decodes at k times the SNR (NR's "
+        "HARQ soft-combines); none: every transmission on its own",
+    )
+    csi_age_blocks: Annotated[int, Field(ge=0, le=100), NO_BOOL] = Field(
+        default=0, description="the MCS follows the SNR of this many fading blocks before"
+    )
+    olla: OllaConfig | None = Field(
+        default=OllaConfig(),
+        description="outer-loop link adaptation, as 3GPP practice has it (null: the MCS "
+        "meets the target at the estimate alone, and the BLER achieved falls well below it)",
+    )
+    link_failure_s: Annotated[float, Field(ge=0.01, le=MAX_TIME_S), NO_BOOL] = Field(
+        default=1.0,
+        description="out of reach this long in a row: the radio link has failed and the "
+        "transfer to that receiver fails (NR's timer T310: 1 s is a common setting of the "
+        "0-6 s TS 38.331 allows)",
+    )
+
+    @field_validator("bler_tables")
+    @classmethod
+    def _tables_here(cls, value: str) -> str:
+        installed = sionna_tables_folder() is not None
+        if value == "auto":
+            return "sionna" if installed else "builtin"
+        if value == "sionna" and not installed:
+            raise ValueError("sionna, but Sionna is not installed here (pip install -e '.[nr]')")
+        return value
+
+
+class PerUploadLink(_Strict):
+    """Chen et al. (TWC 2021): each upload is lost whole with q = 1 − exp(−m/SNR) (its SNR
+    when it starts), not retried: the round goes on without it. Downlink and D2D are ideal.
+    The paper lists m = 0.023 "dB": read as dB (m = 1.0053, a waterfall near 0 dB SNR);
+    0.023 taken as linear would put the waterfall at −16 dB, below what any code decodes."""
+
+    model: Literal["per_upload"] = "per_upload"
+    waterfall_db: Annotated[float, Field(ge=-30, le=30), NO_BOOL] = Field(
+        default=0.023, description="m in dB (the paper's 0.023 dB)"
+    )
+
+
+class WholeTransferLink(_Strict):
+    """fedsim's first rule, kept as a pessimistic stress test: a transfer is one codeword,
+    lost whole (and sent again, up to max_retransmissions) when any fading block it spans is
+    below snr_threshold_db, or with Chen et al.'s q = 1 − exp(−m/SNR) per block."""
+
+    model: Literal["whole_transfer"] = "whole_transfer"
+    loss: Literal["threshold", "packet_error"] = "threshold"
     snr_threshold_db: Annotated[float, Field(ge=-30, le=60), NO_BOOL] = Field(
         default=0.0, description="threshold: the lowest scheme's SNR; it also floors the rate"
     )
-    waterfall_m: Annotated[float, Field(gt=0, le=100), NO_BOOL] = 0.023
+    waterfall_m: Annotated[float, Field(gt=0, le=100), NO_BOOL] = Field(
+        default=0.023, description="packet_error: m, linear (as fedsim read it before)"
+    )
     max_retransmissions: Annotated[int, Field(ge=0, le=100), NO_BOOL] = 3
+
+
+def _link_shorthand(value: Any) -> Any:
+    """``link: harq`` is ``{model: harq}``; ``link: {}`` (a loss model asked for) is harq."""
+    if isinstance(value, str):
+        return {"model": value}
+    if isinstance(value, dict) and "model" not in value:
+        return {"model": "harq", **value}
+    return value
+
+
+LINKS = (IdealLink, HarqLink, PerUploadLink, WholeTransferLink)
+LinkConfig = Annotated[tagged_union(LINKS, "model"), BeforeValidator(_link_shorthand)]
+SHANNON_ONLY = ("snr_gap_db", "max_bits_per_hz")  # rates of the ideal link's formula
 
 
 class MobilityConfig(_Strict):
@@ -118,8 +233,37 @@ class RadioConfig(_Strict):
     max_bits_per_hz: Annotated[float, Field(gt=0, le=30), NO_BOOL] | None = Field(
         default=None, description="cap on spectral efficiency (the highest scheme)"
     )
-    outage: OutageConfig | None = None
+    link: LinkConfig = Field(
+        default=IdealLink(),
+        description="ideal (default), harq ({} or harq: the default of a lossy link), "
+        "per_upload or whole_transfer",
+    )
+    d2d_path_loss: D2DPathLossConfig = Field(
+        default=UmiStreetCanyonPathLoss(), description="phone-to-phone links' own law"
+    )
     mobility: MobilityConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _outage_became_link(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "outage" in data:
+            raise ValueError(
+                "outage: replaced by link: `link: {model: harq}` (transport blocks, link "
+                "adaptation and HARQ: what a lossy radio does), or `link: {model: "
+                "whole_transfer, ...}` for the old rule (a whole transfer lost with any block)"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _shannon_knobs_need_shannon(self) -> RadioConfig:
+        if self.link.model != "harq":
+            return self
+        for name in SHANNON_ONLY:
+            if getattr(self, name) != RadioConfig.model_fields[name].default:
+                raise ValueError(
+                    f"{name}: with link harq the rates come from the MCS table: remove it"
+                )
+        return self
 
     @model_validator(mode="after")
     def _annulus(self) -> RadioConfig:

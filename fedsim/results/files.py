@@ -56,8 +56,12 @@ ACTIVITY_COLUMNS = ("time_s", "present", "online")
 ENERGY_COLUMNS = ("time_s", "round", "client", *ENERGY_TOTALS, "battery_j")
 RADIO_COLUMNS = (
     "client", "x_m", "y_m", "distance_m", "tx_power_dbm", "uplink_snr_db", "uplink_mbps",
-    "downlink_mbps", "rho", "outages", "retransmissions", "given_up",
+    "downlink_mbps", "rho", "outages", "retransmissions", "given_up", "blocks", "bler",
+    "mean_mcs", "harq_retransmissions",
 )  # fmt: skip
+"""radio.csv: outages, retransmissions and given_up count whole transfers (whole_transfer and
+per_upload links); blocks, bler, mean_mcs and harq_retransmissions the transport blocks of the
+harq link (sent, the share that failed, their mean MCS index, the failed ones sent again)."""
 CHANNEL_COLUMNS = ("client", "time_s", "snr_db", "rate_mbps")
 
 

@@ -73,8 +73,19 @@ class EnergyMeter:
         self._arm(client)
         return draw
 
-    def stop(self, draw: Draw, *, wasted: bool = False) -> float:
-        """End a draw; returns its joules (counted as wasted too when its work was lost)."""
+    def set_power(self, draw: Draw, power_w: float) -> None:
+        """The draw goes on at another power (0: a transmitter waiting for a better channel)."""
+        if draw.stopped:
+            return
+        client = draw.client
+        self._settle(client)
+        self._power_w[client] += power_w - draw.power_w
+        draw.power_w = power_w
+        self._arm(client)
+
+    def stop(self, draw: Draw, *, wasted: bool | float = False) -> float:
+        """End a draw; returns its joules (counted as wasted too when its work was lost; a
+        fraction: that share of them, e.g. the air time of failed transport blocks)."""
         if draw.stopped:
             return draw.joules
         client = draw.client
@@ -88,7 +99,7 @@ class EnergyMeter:
             del self._draws[client]
             self._power_w[client] = 0.0  # exactly: no float residue once nothing draws
         if wasted:
-            self.wasted_j[client] += draw.joules
+            self.wasted_j[client] += draw.joules * float(wasted)
         self._arm(client)
         return draw.joules
 

@@ -272,6 +272,7 @@ class _Checker:
         if offline:
             self._flag(f"transfer {transfer_id} reaches clients {offline} while they are offline")
 
+        self._count_retransmitted(record)
         self._sent += transfer.num_bytes
         if receivers or not transfer.receivers:  # the base station never leaves
             self._delivered += transfer.num_bytes
@@ -295,6 +296,14 @@ class _Checker:
             )
         self._sent += round(bytes_sent)
         self._wasted += round(bytes_sent)
+        self._count_retransmitted(record)
+
+    def _count_retransmitted(self, record: dict) -> None:
+        """Failed transport blocks sent again: on the air besides the transfer, wasted."""
+        if record.get("retransmitted") is not None:
+            resent = _count(record, "retransmitted")
+            self._sent += resent
+            self._wasted += resent
 
     def _on_update_dropped(self, record: dict) -> None:
         client = _int(record, "client")

@@ -20,16 +20,17 @@ train_end       client
 train_abort     client, reason
 send_start      transfer, direction (uplink | downlink | d2d), bytes, sender, receivers, round
 send_end        transfer, receivers (those who got it: a broadcast may reach only part of its
-                group), bytes
-send_abort      transfer, bytes_sent, reason
+                group), bytes, retransmitted (bytes of transport blocks sent again, if any)
+send_abort      transfer, bytes_sent, reason, retransmitted
 update_dropped  client, bytes, reason, round (an update received, then discarded by the server)
 evaluate        round, accuracy
 ==============  ===========================================================================
 
 Bytes are counted when a transfer ends, at the simulated moment they have crossed the air: a
 completed transfer counts in full, an aborted one by what it had sent. Bytes that did not serve
-the learning are *wasted*: aborted transfers, transfers whose every receiver went offline, and
-updates the server dropped.
+the learning are *wasted*: aborted transfers, transfers whose every receiver went offline,
+transport blocks that failed and were sent again (``retransmitted``, on the air besides a
+transfer's bytes), and updates the server dropped.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class EventLog:
         self.downlink_bytes = 0
         self.d2d_bytes = 0
         self.wasted_bytes = 0
+        self.retransmitted_bytes = 0  # failed transport blocks sent again (part of wasted)
         self.sent_bytes = 0
         self.transmissions = dict.fromkeys(DIRECTIONS, 0)  # transfers started, per direction
         self._counters: dict[str, Callable[[Mapping[str, Any]], None]] = {
@@ -118,15 +120,27 @@ class EventLog:
         )
         return transfer
 
-    def transfer_end(self, transfer: int, receivers: Sequence[int]) -> None:
+    def transfer_end(
+        self, transfer: int, receivers: Sequence[int], *, retransmitted: int = 0
+    ) -> None:
         """Log the last bit arriving at ``receivers`` (those still online). Empty receivers waste
-        a transfer sent to clients, never one sent to the base station, which is always there."""
+        a transfer sent to clients, never one sent to the base station, which is always there.
+        ``retransmitted``: bytes of transport blocks it sent again (on the air, wasted)."""
         num_bytes = self._get_open(transfer).num_bytes
-        self.emit("send_end", transfer=transfer, receivers=list(receivers), bytes=num_bytes)
+        self.emit(
+            "send_end", transfer=transfer, receivers=list(receivers), bytes=num_bytes,
+            retransmitted=retransmitted or None,
+        )  # fmt: skip
 
-    def transfer_abort(self, transfer: int, bytes_sent: float, reason: str) -> None:
-        """Log the sender stopping after ``bytes_sent`` (rounded to whole bytes), all wasted."""
-        self.emit("send_abort", transfer=transfer, bytes_sent=round(bytes_sent), reason=reason)
+    def transfer_abort(
+        self, transfer: int, bytes_sent: float, reason: str, *, retransmitted: int = 0
+    ) -> None:
+        """Log the sender stopping after ``bytes_sent`` (rounded to whole bytes) and
+        ``retransmitted`` bytes of failed blocks sent again, all wasted."""
+        self.emit(
+            "send_abort", transfer=transfer, bytes_sent=round(bytes_sent), reason=reason,
+            retransmitted=retransmitted or None,
+        )  # fmt: skip
 
     def update_dropped(
         self, client: int, num_bytes: int, reason: str, round_index: int | None = None
@@ -166,6 +180,7 @@ class EventLog:
             self._add_delivered(transfer.direction, transfer.num_bytes)
         else:
             self.wasted_bytes += transfer.num_bytes
+        self._count_retransmitted(fields)
 
     def _count_abort(self, fields: Mapping[str, Any]) -> None:
         transfer = self._get_open(fields["transfer"])
@@ -178,6 +193,13 @@ class EventLog:
         del self._open[fields["transfer"]]
         self.sent_bytes += bytes_sent
         self.wasted_bytes += bytes_sent
+        self._count_retransmitted(fields)
+
+    def _count_retransmitted(self, fields: Mapping[str, Any]) -> None:
+        resent = int(fields.get("retransmitted") or 0)
+        self.retransmitted_bytes += resent
+        self.sent_bytes += resent
+        self.wasted_bytes += resent
 
     def _count_dropped(self, fields: Mapping[str, Any]) -> None:
         self.wasted_bytes += int(fields["bytes"])

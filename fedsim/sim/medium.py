@@ -36,6 +36,16 @@ import simpy
 SIMULTANEOUS_REL_TOL = 1e-9
 
 
+class TransmissionLost(Exception):
+    """A transfer lost to outage more often than its retransmissions allow, or an upload lost
+    whole (``per_upload``); ``known``: the base station knows (it failed to decode it), so a
+    server need not wait for it."""
+
+    def __init__(self, message: str, *, known: bool = False) -> None:
+        super().__init__(message)
+        self.known = known
+
+
 class Flow:
     """One transfer in a medium.
 
@@ -329,24 +339,35 @@ def _cap_order(flow: Flow) -> tuple[float, int]:
 class ChannelLink(Protocol):
     """What a ``ChannelMedium`` asks of a transfer's channel (``radio.RadioLink`` is one)."""
 
-    def rate_bps(self, bandwidth_hz: float) -> float:
-        """The rate on a share of bandwidth_hz at the current instant."""
+    failure: TransmissionLost | None  # set when the link is lost: the flow fails with it
+
+    def speed_bps(self, bandwidth_hz: float, remaining_bits: float) -> float:
+        """How fast the flow's bits get through on a share of bandwidth_hz from the current
+        instant, with ``remaining_bits`` still to go."""
 
     def next_change_s(self) -> float:
-        """When that rate next changes by itself (a new fading block, a move); inf: never.
-        Asked right after ``rate_bps``, at the same instant."""
+        """When that speed next changes by itself (a new fading block, a move); inf: never.
+        Asked right after ``speed_bps``, at the same instant."""
+
+    @property
+    def sending(self) -> bool:
+        """Whether the transmitter is on the air now (it may wait for a better channel)."""
 
 
 class ChannelFlow(Flow):
     """A flow whose rate follows its channel; ``rate_bps`` is the rate it sends at now."""
 
-    __slots__ = ("link", "_token", "_ending")
+    __slots__ = ("link", "on_sending", "_token", "_ending", "_sending")
 
     def __init__(self, medium: Medium, num_bytes: int, link: ChannelLink, seq: int, setup_s: float):
         super().__init__(medium, num_bytes, math.inf, seq, setup_s)
         self.link = link
+        # Called with False when the transmitter stops sending for a while (below the lowest
+        # MCS), True when it starts again: the energy meter follows it.
+        self.on_sending: Callable[[bool], None] | None = None
         self._token = 0  # bumped at every re-plan: its older entries in the agenda are stale
         self._ending = False  # whether its next agenda entry is its end (else a channel change)
+        self._sending = True
 
 
 class ChannelMedium(Medium):
@@ -438,16 +459,29 @@ class ChannelMedium(Medium):
         comes first) in the agenda."""
         share_hz = self.share_hz()
         now = self.env.now
+        failed: list[ChannelFlow] = []
         for flow in flows:
             flow._token += 1
-            flow.rate_bps = flow.link.rate_bps(share_hz)
+            flow._set_speed(0.0)  # bank the bits sent so far
+            flow.rate_bps = flow.link.speed_bps(share_hz, flow._remaining_bits())
+            if flow.link.failure is not None:  # the radio link failed: the flow with it
+                failed.append(flow)
+                continue
             flow._set_speed(flow.rate_bps)
+            if flow.link.sending != flow._sending:
+                flow._sending = not flow._sending
+                if flow.on_sending is not None:
+                    flow.on_sending(flow._sending)
             end_s = now + flow._remaining_bits() / flow.rate_bps if flow.rate_bps > 0 else math.inf
             change_s = flow.link.next_change_s()
             flow._ending = end_s <= change_s
             due_s = min(end_s, change_s)
             if due_s < math.inf:
                 heapq.heappush(self._agenda, (due_s, flow._seq, flow._token, flow))
+        for flow in failed:
+            self._withdraw(flow)
+            flow.done.defused = True  # its sender may be cut at this very instant: no waiter
+            flow.done.fail(flow.link.failure)
         self._arm()
 
     def _arm(self) -> None:

@@ -47,6 +47,7 @@ from fedsim.sim.medium import (
     Flow,
     Medium,
     SharedMedium,
+    TransmissionLost,
 )
 from fedsim.sim.radio import DOWNLINK, UPLINK, Radio, RadioLink
 from fedsim.sim.topology import peer_route
@@ -62,10 +63,6 @@ class AirEnergy(Protocol):
     def on_air(self, flow: Flow, sender: int | None, receivers: Sequence[int]) -> list: ...
 
     def off_air(self, draws: list, *, lost: Collection[int], tx_lost: bool) -> None: ...
-
-
-class TransmissionLost(Exception):
-    """A transfer lost to outage more often than its retransmissions allow."""
 
 
 def transfer_time_s(num_bytes: int, rate_bps: float, latency_s: float = 0.0) -> float:
@@ -151,7 +148,7 @@ class Network:
         if self.radio is not None:
             share_hz = self._uplink.share_alone_hz()
             rate_bps = self.radio.nominal_rate_bps(False, [client], share_hz)
-            return transfer_time_s(num_bytes, rate_bps, self.latency_s)
+            return transfer_time_s(num_bytes, rate_bps, self.latency_s) if rate_bps else math.inf
         link = self.links[client]
         return transfer_time_s(num_bytes, link.uplink_bps, link.latency_s)
 
@@ -177,7 +174,7 @@ class Network:
         if self.radio is not None:
             band_hz = self.radio.settings.downlink_bandwidth_hz
             rate_bps = self.radio.nominal_rate_bps(True, clients, band_hz)
-            return transfer_time_s(num_bytes, rate_bps, self.latency_s)
+            return transfer_time_s(num_bytes, rate_bps, self.latency_s) if rate_bps else math.inf
         rate_bps, latency_s = self._group_rate(clients)
         return transfer_time_s(num_bytes, rate_bps, latency_s)
 
@@ -216,21 +213,42 @@ class Network:
             try:
                 yield flow.done
             except simpy.Interrupt as stop:
-                sent = float(num_bytes) if flow.done.triggered else medium.cancel(flow)
-                self.log.transfer_abort(transfer, sent, reason=str(stop.cause))
+                if flow.done.triggered:  # it ended (or its radio link failed) this instant
+                    sent = float(num_bytes) if flow.done.ok else flow.bytes_sent()
+                else:
+                    sent = medium.cancel(flow)
+                resent = 0
+                if isinstance(channel, RadioLink):
+                    channel.finish()
+                    resent = round(channel.tally.failed_bits / 8)
+                self.log.transfer_abort(
+                    transfer, sent, reason=str(stop.cause), retransmitted=resent
+                )
+                if air is not None:
+                    energy.off_air(air, lost=listening, tx_lost=True)
+                raise
+            except TransmissionLost:  # every receiver's radio link failed (harq)
+                channel.finish()
+                self.radio.note_attempt(channel, 0.0, self.env.now - flow.served_s, attempt)
+                self.radio.note_blocks(channel)
+                resent = round(channel.tally.failed_bits / 8)
+                self.log.transfer_abort(
+                    transfer, flow.bytes_sent(), reason="radio link failure", retransmitted=resent
+                )
                 if air is not None:
                     energy.off_air(air, lost=listening, tx_lost=True)
                 raise
             air_s += self.env.now - flow.served_s
             if not isinstance(channel, RadioLink):
-                got, retry, outage = [r for r in receivers if self.is_online(r)], None, False
+                got, retry, tx_lost = [r for r in receivers if self.is_online(r)], None, 0.0
                 self.log.transfer_end(transfer, got)
             else:
-                got, retry, outage = self._after_attempt(transfer, flow, channel, attempt)
+                got, retry, tx_lost = self._after_attempt(transfer, flow, channel, attempt)
             reached.extend(got)
             if air is not None:  # the sender's joules are wasted if nobody got its bits
                 missed = [r for r in listening if r not in got]
-                energy.off_air(air, lost=missed, tx_lost=outage or (bool(pending) and not got))
+                nobody = bool(pending) and not got
+                energy.off_air(air, lost=missed, tx_lost=1.0 if nobody else tx_lost)
             if retry is None:
                 return reached, air_s
             pending = retry
@@ -238,18 +256,36 @@ class Network:
 
     def _after_attempt(
         self, transfer: int, flow: Flow, channel: RadioLink, attempt: int
-    ) -> tuple[list[int], list[int] | None, bool]:
+    ) -> tuple[list[int], list[int] | None, float]:
         """Log a radio attempt's outcome; returns the receivers that decoded it, those of the
-        retry (the base station: []) or None when there is none, and whether an upload was
-        lost to outage.
+        retry (the base station: []) or None when there is none, and the share of the
+        sender's joules wasted (an upload lost whole, or its failed transport blocks).
 
         Raises TransmissionLost when an upload or D2D message has used up its
-        retransmissions (a multicast's losers simply miss it).
+        retransmissions, or a per_upload upload is lost (a multicast's losers miss it).
         """
+        radio = self.radio
+        channel.finish()
+        radio.note_attempt(channel, 8.0 * flow.num_bytes, self.env.now - flow.served_s, attempt)
+        model = radio.settings.link.model
+        if model == "harq":
+            radio.note_blocks(channel)
+            tally = channel.tally
+            got = [r for r in channel.receivers if self.is_online(r) and r not in channel.dropped]
+            resent = round(tally.failed_bits / 8)
+            to_base_station = channel.direction == UPLINK
+            self.log.transfer_end(transfer, [] if to_base_station else got, retransmitted=resent)
+            return got, None, tally.failed / tally.sent if tally.sent else 0.0
+        if model == "per_upload" and channel.direction == UPLINK and radio.upload_lost(channel):
+            [client] = channel.receivers
+            radio.stats[client].outages += 1
+            radio.stats[client].given_up += 1
+            self.log.transfer_abort(transfer, float(flow.num_bytes), reason="packet_error")
+            raise TransmissionLost(
+                "upload lost to a packet error (per_upload: not retried)", known=True
+            )
         lost = sorted(channel.missed)
         to_base_station = channel.direction == UPLINK
-        radio = self.radio
-        radio.note_attempt(channel, 8.0 * flow.num_bytes, self.env.now - flow.served_s, attempt)
         got = []
         if to_base_station and lost:
             self.log.transfer_abort(transfer, float(flow.num_bytes), reason="outage")
@@ -257,7 +293,7 @@ class Network:
             got = [r for r in channel.receivers if r not in channel.missed and self.is_online(r)]
             self.log.transfer_end(transfer, [] if to_base_station else got)
         lost_online = [r for r in lost if to_base_station or self.is_online(r)]
-        upload_lost = to_base_station and bool(lost)
+        upload_lost = float(to_base_station and bool(lost))
         if not lost_online:
             return got, None, upload_lost
         if attempt >= radio.settings.outage.max_retransmissions:
@@ -303,16 +339,35 @@ class Network:
     ) -> Generator[simpy.Event, None, None]:
         requested_s = self.env.now
         for group in groups:
+            links: list[RadioLink] = []  # the radio's attempts, to learn whose link failed
             if self.radio is None:
                 rate, latency_s = self._group_rate(group)
             else:
-                rate, latency_s = self.radio.downlink, self.latency_s
-            reached, air_s = yield from self._transfer(
-                self._transmitter, "downlink", None, group, num_bytes, rate, latency_s
-            )
+                rate, latency_s = self._recorded(links, self.radio.downlink), self.latency_s
+            try:
+                reached, air_s = yield from self._transfer(
+                    self._transmitter, "downlink", None, group, num_bytes, rate, latency_s
+                )
+            except TransmissionLost as lost:  # every member's radio link failed
+                for client in group:
+                    _fail(delivered[client], lost)
+                continue
             queued_s = self.env.now - air_s - requested_s
             for client in reached:
                 delivered[client].succeed((queued_s, air_s))
+            for link in links:  # members dropped on the way: they know, and their server
+                for client in link.dropped - set(reached):
+                    _fail(delivered[client], TransmissionLost("radio link failure", known=True))
+
+    @staticmethod
+    def _recorded(
+        links: list[RadioLink], make: Callable[[Sequence[int]], RadioLink]
+    ) -> Callable[[Sequence[int]], RadioLink]:
+        def link(receivers: Sequence[int]) -> RadioLink:
+            links.append(made := make(receivers))
+            return made
+
+        return link
 
     def send_peer(
         self, sender: int, receiver: int, num_bytes: int
@@ -336,3 +391,11 @@ class Network:
         yield from self.upload(sender, num_bytes)
         self.env.process(self._transmit([[receiver]], num_bytes, {receiver: delivered}))
         return delivered
+
+
+def _fail(arrival: simpy.Event, lost: TransmissionLost) -> None:
+    """A receiver's delivery that will not come: whoever waits for it learns why; nobody
+    waiting is fine (defused: the simulation goes on)."""
+    if not arrival.triggered:
+        arrival.defused = True
+        arrival.fail(lost)

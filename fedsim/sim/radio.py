@@ -31,10 +31,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SPEED_OF_LIGHT_MPS = 299_792_458.0
+from fedsim.sim.draws import (
+    FADING,
+    HARQ,
+    LOS,
+    OUTAGE,
+    SHADOWING,
+    UPLOAD,
+    Fading,
+    block_of,
+    hashed_key,
+    hashed_normal_pair,
+    hashed_uniform,
+)
+from fedsim.sim.geometry import RandomWaypoint
+from fedsim.sim.link import Harq, HarqSettings, HarqTally, Period
+from fedsim.sim.medium import TransmissionLost
+from fedsim.sim.pathloss import PathLoss, UmiStreetCanyon
+
 UPLINK, DOWNLINK, D2D = 0, 1, 2  # direction codes in the hashed draws
-_MASK64 = (1 << 64) - 1
-_SHADOWING, _FADING, _OUTAGE, _WAYPOINT = 1, 2, 3, 4  # purposes in the hashed draws
+LINK_MODELS = ("ideal", "harq", "per_upload", "whole_transfer")
 
 
 def db_to_linear(db: float | np.ndarray) -> float | np.ndarray:
@@ -43,167 +59,6 @@ def db_to_linear(db: float | np.ndarray) -> float | np.ndarray:
 
 def dbm_to_watts(dbm: float | np.ndarray) -> float | np.ndarray:
     return db_to_linear(dbm) / 1000.0
-
-
-# --- path loss ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PathLoss:
-    """Path loss in dB at a distance, by one of three published laws.
-
-    - ``macro``: 128.1 + 37.6·log10(d_km), the 3GPP TR 36.814 urban macro-cell law (2 GHz)
-      used by Chen et al. (TWC 2021) and Yang et al. (TWC 2021);
-    - ``log_distance``: PL(d0) + 10·α·log10(d/d0) (Rappaport, Wireless Communications, 4.9);
-    - ``free_space``: Friis, 20·log10(4π·d·f/c).
-    """
-
-    model: str = "macro"
-    reference_loss_db: float = 40.0  # log_distance: PL(d0)
-    reference_distance_m: float = 1.0  # log_distance: d0
-    exponent: float = 3.0  # log_distance: α
-    carrier_hz: float = 2e9  # free_space: f
-
-    def db(self, distance_m: float | np.ndarray) -> float | np.ndarray:
-        d = np.asarray(distance_m, dtype=float)
-        if self.model == "macro":
-            loss = 128.1 + 37.6 * np.log10(d / 1000.0)
-        elif self.model == "log_distance":
-            ratio = d / self.reference_distance_m
-            loss = self.reference_loss_db + 10.0 * self.exponent * np.log10(ratio)
-        elif self.model == "free_space":
-            loss = 20.0 * np.log10(4.0 * math.pi * d * self.carrier_hz / SPEED_OF_LIGHT_MPS)
-        else:
-            raise ValueError(f"unknown path-loss model {self.model!r}")
-        return float(loss) if loss.ndim == 0 else loss
-
-
-# --- counter-based draws -------------------------------------------------------------------------
-
-
-def _mix(z: int) -> int:
-    """SplitMix64's finalizer: a bijection of 64-bit words that scrambles every bit."""
-    z = (z + 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def hashed_uniform(key: int, *counters: int) -> float:
-    """A uniform draw in (0, 1) that is a fixed function of (key, counters)."""
-    z = key & _MASK64
-    for counter in counters:
-        z = _mix(z ^ (counter & _MASK64))
-    return ((_mix(z) >> 11) + 0.5) * 2.0**-53
-
-
-def hashed_normal_pair(key: int, *counters: int) -> tuple[float, float]:
-    """Two independent standard normals (Box–Muller on two hashed uniforms)."""
-    radius = math.sqrt(-2.0 * math.log(hashed_uniform(key, *counters, 0)))
-    angle = 2.0 * math.pi * hashed_uniform(key, *counters, 1)
-    return radius * math.cos(angle), radius * math.sin(angle)
-
-
-@dataclass(frozen=True)
-class Fading:
-    """Small-scale fading |h|² (mean 1), re-drawn per block of ``coherence_s`` or, when
-    that is None, at every transmission."""
-
-    model: str = "none"  # none | rayleigh | rician
-    k_factor: float = 0.0  # rician: power of the line of sight over the scattered power
-    coherence_s: float | None = None
-
-    def power_gain(self, key: int, *counters: int) -> float:
-        if self.model == "none":
-            return 1.0
-        if self.model == "rayleigh":  # |h|² ~ Exp(1)
-            return -math.log(hashed_uniform(key, *counters, 0))
-        if self.model == "rician":
-            k = self.k_factor
-            n1, n2 = hashed_normal_pair(key, *counters)
-            scatter = math.sqrt(0.5 / (k + 1.0))
-            return (math.sqrt(k / (k + 1.0)) + scatter * n1) ** 2 + (scatter * n2) ** 2
-        raise ValueError(f"unknown fading model {self.model!r}")
-
-
-def block_of(time_s: float, period_s: float) -> int:
-    """The block holding time_s, when blocks start at k·period_s, robust to float rounding
-    (so that waking at (k+1)·period_s always lands in block k+1)."""
-    block = math.floor(time_s / period_s)
-    if (block + 1) * period_s <= time_s:
-        block += 1
-    elif block * period_s > time_s:
-        block -= 1
-    return block
-
-
-# --- geometry and mobility -----------------------------------------------------------------------
-
-
-def place_in_annulus(
-    rng: np.random.Generator, count: int, radius_m: float, min_distance_m: float
-) -> np.ndarray:
-    """count points uniform in area over min_distance_m <= |x| <= radius_m; shape (count, 2)."""
-    r = np.sqrt(rng.uniform(min_distance_m**2, radius_m**2, count))
-    angle = rng.uniform(0.0, 2.0 * math.pi, count)
-    return np.column_stack([r * np.cos(angle), r * np.sin(angle)])
-
-
-def _hashed_point_in_annulus(
-    key: int, client: int, leg: int, radius_m: float, min_distance_m: float
-) -> tuple[float, float]:
-    u_r = hashed_uniform(key, _WAYPOINT, client, leg, 0)
-    u_angle = hashed_uniform(key, _WAYPOINT, client, leg, 1)
-    r = math.sqrt(min_distance_m**2 + u_r * (radius_m**2 - min_distance_m**2))
-    return r * math.cos(2.0 * math.pi * u_angle), r * math.sin(2.0 * math.pi * u_angle)
-
-
-class RandomWaypoint:
-    """Random waypoint without pauses: walk at speed_mps to a point drawn uniformly in the
-    cell, then to the next. The position is sampled every ``update_s`` (path loss follows at
-    those instants), and computed lazily: only when asked, moving forward in time."""
-
-    def __init__(
-        self,
-        key: int,
-        client: int,
-        start_xy: tuple[float, float],
-        radius_m: float,
-        min_distance_m: float,
-        speed_mps: float,
-        update_s: float,
-    ) -> None:
-        self._key, self._client = key, client
-        self._radius_m, self._min_distance_m = radius_m, min_distance_m
-        self._speed_mps, self.update_s = speed_mps, update_s
-        self._leg = 0
-        self._from, self._to = start_xy, self._waypoint(0)
-        self._leg_start_s = 0.0
-        self._leg_end_s = self._leg_seconds()
-
-    def _waypoint(self, leg: int) -> tuple[float, float]:
-        return _hashed_point_in_annulus(
-            self._key, self._client, leg, self._radius_m, self._min_distance_m
-        )
-
-    def _leg_seconds(self) -> float:
-        (x0, y0), (x1, y1) = self._from, self._to
-        return self._leg_start_s + math.hypot(x1 - x0, y1 - y0) / self._speed_mps
-
-    def position(self, time_s: float) -> tuple[float, float]:
-        """Where the client was at the last position update at or before time_s."""
-        tick_s = block_of(time_s, self.update_s) * self.update_s
-        if tick_s < self._leg_start_s:
-            raise ValueError("random waypoint positions are computed forward in time only")
-        while self._leg_end_s <= tick_s:
-            self._leg += 1
-            self._from, self._to = self._to, self._waypoint(self._leg)
-            self._leg_start_s = self._leg_end_s
-            self._leg_end_s = self._leg_seconds()
-        span_s = self._leg_end_s - self._leg_start_s
-        done = (tick_s - self._leg_start_s) / span_s if span_s > 0 else 1.0
-        (x0, y0), (x1, y1) = self._from, self._to
-        return x0 + done * (x1 - x0), y0 + done * (y1 - y0)
 
 
 # --- the radio -----------------------------------------------------------------------------------
@@ -217,6 +72,19 @@ class Outage:
     snr_threshold_db: float = 0.0
     waterfall_m: float = 0.023  # packet_error: q = 1 − exp(−m / SNR)
     max_retransmissions: int = 3
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    """What a transmitter does with its channel (``LINK_MODELS``): Shannon's rate with nothing
+    lost (``ideal``), transport blocks with link adaptation and HARQ (``harq``, see
+    ``fedsim.sim.link``), one packet-error draw per upload q = 1 - exp(-m/SNR), lost updates
+    not retried (``per_upload``, Chen et al. TWC 2021; downlink and D2D ideal), or a whole
+    transfer lost when any block of it is in outage (``whole_transfer``, with ``outage``)."""
+
+    model: str = "ideal"
+    harq: HarqSettings = HarqSettings()
+    waterfall_m: float = 10.0 ** (0.023 / 10.0)  # per_upload: m, linear
 
 
 @dataclass(frozen=True)
@@ -237,9 +105,17 @@ class RadioSettings:
     max_bits_per_hz: float = math.inf
     min_distance_m: float = 1.0
     cell_radius_m: float = 500.0
-    outage: Outage | None = None
+    outage: Outage | None = None  # the whole_transfer link's loss rule
+    link: LinkSettings = LinkSettings()
+    d2d_path_loss: PathLoss | UmiStreetCanyon = UmiStreetCanyon()
     speed_mps: float | None = None  # random waypoint mobility, when set
     update_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.link.model not in LINK_MODELS:
+            raise ValueError(f"link model must be one of {LINK_MODELS}, got {self.link.model!r}")
+        if (self.outage is not None) != (self.link.model == "whole_transfer"):
+            raise ValueError("an outage rule goes with, and only with, the whole_transfer link")
 
 
 @dataclass
@@ -253,6 +129,7 @@ class LinkStats:
     outages: int = 0
     retransmissions: int = 0
     given_up: int = 0
+    blocks: HarqTally = field(default_factory=HarqTally)  # harq: its transport blocks
 
 
 class Radio:
@@ -298,6 +175,14 @@ class Radio:
         self._walkers: dict[int, RandomWaypoint] = {}
         self._transmissions: dict[tuple[int, int, int], int] = {}  # per-transmission fading
         self.stats = [LinkStats() for _ in range(len(self.start_positions_m))]
+        link = settings.link
+        self.harq: dict[int, Harq] = {}  # per direction, with the harq link model
+        if link.model == "harq":  # D2D (sidelink) uses the uplink's curves
+            self.harq = {
+                UPLINK: Harq(link.harq, "uplink"),
+                DOWNLINK: Harq(link.harq, "downlink"),
+                D2D: Harq(link.harq, "uplink"),
+            }
 
     @property
     def num_clients(self) -> int:
@@ -324,7 +209,7 @@ class Radio:
         block = block_of(time_s, period_s) if period_s else 0
         if block == 0:
             return float(self._shadowing_db[client])
-        normal, _ = hashed_normal_pair(self.key, _SHADOWING, client, block)
+        normal, _ = hashed_normal_pair(self.key, SHADOWING, client, block)
         return self.settings.shadowing_db * normal
 
     def large_scale_loss_db(self, client: int, time_s: float | None = None) -> float:
@@ -338,10 +223,20 @@ class Radio:
         return float(s.path_loss.db(distance_m)) + self._shadowing_at(client, time_s)
 
     def pair_loss_db(self, a: int, b: int) -> float:
-        """Path loss between two clients (D2D), at their current positions; no shadowing."""
+        """Path loss between two clients (D2D) by the D2D law, at their current positions;
+        no shadowing. Whether a pair has line of sight is one draw per pair for the run,
+        against the law's LOS probability at the current distance."""
         (xa, ya), (xb, yb) = self.position_m(a), self.position_m(b)
         distance_m = max(math.hypot(xa - xb, ya - yb), self.settings.min_distance_m)
-        return float(self.settings.path_loss.db(distance_m))
+        law = self.settings.d2d_path_loss
+        if isinstance(law, PathLoss):
+            return float(law.db(distance_m))
+        if law.los == "probability":
+            low, high = sorted((a, b))
+            sight = hashed_uniform(self.key, LOS, low, high) < law.los_probability(distance_m)
+        else:
+            sight = law.los == "always"
+        return law.db(distance_m, sight)
 
     def nominal_rate_bps(
         self, downlink: bool, clients: Sequence[int], bandwidth_hz: float
@@ -353,7 +248,7 @@ class Radio:
         )
         gains = [10.0 ** (-self.large_scale_loss_db(c) / 10.0) for c in clients]
         snr = min(gains) * min(power_w) / self.noise_w(bandwidth_hz)
-        return self.rate_bps(bandwidth_hz, snr)
+        return self.rate_bps(bandwidth_hz, snr, DOWNLINK if downlink else UPLINK)
 
     def mean_snr_db(self, bandwidth_hz: float) -> np.ndarray:
         """Every client's uplink SNR without fading at the start, on bandwidth_hz, in dB."""
@@ -392,7 +287,7 @@ class Radio:
 
     def fading_gain(self, entity: int, direction: int, time_s: float, transmission: int) -> float:
         block = self.fading_block(time_s) if self.settings.fading.coherence_s else transmission
-        return self.settings.fading.power_gain(self.key, _FADING, direction, entity, block)
+        return self.settings.fading.power_gain(self.key, FADING, direction, entity, block)
 
     def fading_block(self, time_s: float) -> int:
         """The fading block holding time_s (0 when fading is re-drawn per transmission)."""
@@ -414,12 +309,17 @@ class Radio:
         if outage.model == "threshold":
             return snr < 10.0 ** (outage.snr_threshold_db / 10.0)
         q = 1.0 - math.exp(-outage.waterfall_m / snr) if snr > 0 else 1.0
-        return hashed_uniform(self.key, _OUTAGE, *counters) < q
+        return hashed_uniform(self.key, OUTAGE, *counters) < q
 
-    def rate_bps(self, bandwidth_hz: float, snr: float) -> float:
+    def rate_bps(self, bandwidth_hz: float, snr: float, direction: int = UPLINK) -> float:
         """Shannon's b·min(log2(1 + SNR/Γ), the cap): the rate the transmitter picks on
         bandwidth_hz at this SNR (never below the outage threshold's rate: the lowest scheme
-        it has)."""
+        it has). With the harq link, the rate it delivers on average: the MCS it would pick
+        there times 1 − its BLER (0 below the lowest MCS)."""
+        harq = self.harq.get(direction)
+        if harq is not None:  # the SNR over the band its blocks occupy
+            snr *= bandwidth_hz / harq.occupied_hz(bandwidth_hz)
+            return harq.expected_rate_bps(bandwidth_hz, 10.0 * math.log10(snr) if snr > 0 else -300)
         snr = max(snr, self._min_snr)
         return bandwidth_hz * min(math.log2(1.0 + snr / self._gap), self.settings.max_bits_per_hz)
 
@@ -454,6 +354,21 @@ class Radio:
         for client in link.missed if link.direction != D2D else [link.peer]:
             self.stats[client].given_up += 1
 
+    def note_blocks(self, link: RadioLink) -> None:
+        """Add a harq transmission's transport blocks to its clients' records (radio.csv)."""
+        if link.direction == D2D:
+            return
+        for client in link.receivers:
+            self.stats[client].blocks.add(link.tally)
+
+    def upload_lost(self, link: RadioLink) -> bool:
+        """per_upload: whether the upload is lost, once, with q = 1 − exp(−m/SNR) at the SNR
+        it started at (its first block, on the share it had then)."""
+        snr = link.first_snr
+        q = 1.0 - math.exp(-self.settings.link.waterfall_m / snr) if snr > 0 else 1.0
+        [client] = link.receivers
+        return hashed_uniform(self.key, UPLOAD, client, link.transmission_of(client)) < q
+
     def noise_w(self, bandwidth_hz: float) -> float:
         return self._noise_w_per_hz * bandwidth_hz
 
@@ -478,6 +393,16 @@ class RadioLink:
     _gain_hz: dict[int, float] = field(default_factory=dict)
     _block: int = 0
     _valid_until_s: float = -math.inf
+    _fading: dict[int, float] = field(default_factory=dict)
+    _period: Period | None = None  # harq: the period under way
+    _periods: int = 0
+    _period_entity: int = 0  # whose outer loop the period's blocks update
+    tally: HarqTally = field(default_factory=HarqTally)  # harq: the blocks it sent
+    first_snr: float = 0.0  # per_upload: the SNR its first block started at
+    dropped: set[int] = field(default_factory=set)  # harq: receivers whose radio link failed
+    failure: TransmissionLost | None = None  # harq: every receiver's link failed
+    _waiting_since: dict[int, float] = field(default_factory=dict)  # harq: below the lowest MCS
+    _draw_keys: dict[int, int] = field(default_factory=dict)  # harq: per receiver
 
     def __post_init__(self) -> None:
         for receiver in self.receivers:
@@ -508,6 +433,7 @@ class RadioLink:
         for receiver in self.receivers:
             entity, _ = self._entity(receiver)
             fading = radio.fading_gain(entity, self.direction, now, self._transmission[receiver])
+            self._fading[receiver] = fading
             gain = 10.0 ** (-self._loss_db(receiver) / 10.0) * fading
             self._gain_hz[receiver] = self.power_w * gain / noise_w_per_hz
         self._block = radio.fading_block(now)
@@ -534,6 +460,122 @@ class RadioLink:
         decodable = [snr for r, snr in snrs.items() if r not in self.missed]
         return radio.rate_bps(bandwidth_hz, min(decodable or snrs.values()))
 
+    def speed_bps(self, bandwidth_hz: float, remaining_bits: float) -> float:
+        """How fast the transfer's information bits get through on this share from now:
+        its rate, or with the harq link the delivered rate of the period that begins (which
+        also settles the period before). Called when a block or the share begins."""
+        harq = self.radio.harq.get(self.direction)
+        if harq is None:
+            rate_bps = self.rate_bps(bandwidth_hz)
+            if not self.first_snr:
+                self.first_snr = min(self._gain_hz.values()) / bandwidth_hz
+            return rate_bps
+        return self._harq_speed(harq, bandwidth_hz, remaining_bits)
+
+    def _harq_speed(self, harq: Harq, bandwidth_hz: float, remaining_bits: float) -> float:
+        """The period that begins now: the MCS for the weakest receiver the lowest MCS reaches
+        (a multicast serves its weakest member); a receiver it does not reach waits, and one
+        that has waited ``link_failure_s`` in a row has lost its radio link (NR's T310): it is
+        dropped from the transmission, which fails when nobody is left. Within a period, a
+        re-split of the band that keeps the PRBs a block occupies only changes its slots."""
+        now = self.radio.now()
+        period = self._period
+        if (
+            period is not None
+            and period.shape is not None
+            and now < min(self._valid_until_s, period.review_s)
+            and not self._waiting_since
+            and harq.prbs(bandwidth_hz) == period.prbs
+        ):
+            period.rescale(now, harq.blocks_per_s(bandwidth_hz))
+            return period.speed_bps
+        state = self._state()
+        self._settle(harq, now)
+        lowest_db = harq.lowest_threshold_db(bandwidth_hz)
+        occupied_hz = harq.occupied_hz(bandwidth_hz)
+        weakest, weakest_gain, snr_db, estimate_db = -1, math.inf, 0.0, 0.0
+        for receiver in self.receivers:
+            if receiver in self.dropped:
+                continue
+            gain_hz = state[receiver]
+            snr = 10.0 * math.log10(gain_hz / occupied_hz)
+            estimate = self._estimate_db(harq, receiver, snr)
+            if estimate >= lowest_db:
+                self._waiting_since.pop(receiver, None)
+                if gain_hz < weakest_gain:
+                    weakest, weakest_gain, snr_db, estimate_db = receiver, gain_hz, snr, estimate
+            else:  # the failure is due when next_change_s says (the same sum, to the bit)
+                since = self._waiting_since.setdefault(receiver, now)
+                if now >= since + harq.settings.link_failure_s:
+                    self.dropped.add(receiver)
+        if len(self.dropped) == len(self.receivers):
+            self.failure = TransmissionLost("radio link failure", known=True)
+            return 0.0
+        if weakest < 0:
+            self._period = None
+            return 0.0
+        entity, _ = self._entity(weakest)
+        draws = self._draw_keys.get(weakest)
+        if draws is None:
+            transmission = self._transmission[weakest]
+            draws = hashed_key(self.radio.key, HARQ, self.direction, entity, transmission)
+            self._draw_keys[weakest] = draws
+        u = hashed_uniform(draws, self._block, self._periods)
+        self._periods += 1
+        self._period_entity = entity
+        self._period = harq.plan(
+            now, entity, snr_db, estimate_db, bandwidth_hz, remaining_bits,
+            self._valid_until_s - now, u,
+        )  # fmt: skip
+        return self._period.speed_bps
+
+    def _estimate_db(self, harq: Harq, receiver: int, snr_db: float) -> float:
+        """The SNR the transmitter believes in: the block's own, or that of the block (or the
+        transmission, with fading per transmission) ``csi_age_blocks`` before, path loss and
+        shadowing as now."""
+        age = harq.settings.csi_age_blocks
+        radio = self.radio
+        if not age or radio.settings.fading.model == "none":
+            return snr_db
+        entity, _ = self._entity(receiver)
+        if radio.settings.fading.coherence_s:
+            counter = self._block - age
+        else:
+            counter = self._transmission[receiver] - age
+        fading = radio.settings.fading.power_gain(
+            radio.key, FADING, self.direction, entity, counter
+        )
+        return snr_db + 10.0 * math.log10(fading / self._fading[receiver])
+
+    def _settle(self, harq: Harq, now: float) -> None:
+        if self._period is not None:
+            self.tally.add(harq.settle(self._period, now, self._period_entity))
+            self._period = None
+
+    @property
+    def sending(self) -> bool:
+        """Whether the transmitter sends now (with harq, not waiting below the lowest MCS)."""
+        if not self.radio.harq:
+            return True
+        return self._period is not None and self._period.shape is not None
+
+    def finish(self) -> None:
+        """The transmission ended or was cut now: settle its last period (harq)."""
+        harq = self.radio.harq.get(self.direction)
+        if harq is not None:
+            self._settle(harq, self.radio.now())
+
+    def transmission_of(self, receiver: int) -> int:
+        return self._transmission[receiver]
+
     def next_change_s(self) -> float:
-        """When the channel next changes (as of the last ``rate_bps``, at this instant)."""
-        return self._valid_until_s
+        """When the channel next changes, a waiting receiver's link fails, or a period whose
+        blocks all fail picks its MCS again (as of the last ``speed_bps``, at this
+        instant)."""
+        change_s = self._valid_until_s
+        if self._period is not None:
+            change_s = min(change_s, self._period.review_s)
+        if not self._waiting_since:
+            return change_s
+        failing_s = self.radio.settings.link.harq.link_failure_s
+        return min(change_s, min(self._waiting_since.values()) + failing_s)

@@ -16,6 +16,7 @@ numeric id order and the caller gives the i-th to client i.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import re
@@ -379,3 +380,12 @@ def read_edge_list(path: Path, num_nodes: int) -> list[tuple[int, int, float | N
         else:
             raise ValueError(f"{where}: rate_mbps must be positive and finite, got {rate_mbps}")
     return edges
+
+
+def sionna_tables_folder() -> Path | None:
+    """Where the installed Sionna keeps its BLER tables, found without importing it."""
+    spec = importlib.util.find_spec("sionna")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "sys" / "bler_tables"
+    return folder if folder.is_dir() else None

@@ -74,15 +74,28 @@ class DeviceEnergy:
         propagation and access, not transmission) has passed, to its end."""
         draws: list[Draw] = []
         rx_w = self.config.rx_power_w
+        power_w: dict[Draw, float] = {}  # each draw's power while the transmitter sends
+        on_air = [True]  # a radio transmitter below the lowest MCS waits, drawing nothing
 
         def start(_wake: simpy.Event | None = None) -> None:
             if flow.cancelled or flow.done.triggered:
                 return  # cut during its queue or set-up, or empty: it never sent a bit
             if sender is not None:
-                draws.append(self.meter.start(sender, "tx", float(self.tx_w[sender])))
+                power_w[self._draw(draws, sender, "tx", float(self.tx_w[sender]), on_air[0])] = (
+                    float(self.tx_w[sender])
+                )
             if rx_w > 0:
-                listening = [r for r in receivers if self.is_online(r)]
-                draws.extend(self.meter.start(r, "rx", rx_w) for r in listening)
+                for r in receivers:
+                    if self.is_online(r):
+                        power_w[self._draw(draws, r, "rx", rx_w, on_air[0])] = rx_w
+
+        def sending(on: bool) -> None:
+            on_air[0] = on
+            for draw in draws:
+                self.meter.set_power(draw, power_w[draw] if on else 0.0)
+
+        if hasattr(flow, "on_sending"):
+            flow.on_sending = sending
 
         def served() -> None:
             if flow.setup_s > 0:
@@ -96,9 +109,15 @@ class DeviceEnergy:
             served()
         return draws
 
-    def off_air(self, draws: list[Draw], *, lost: Collection[int], tx_lost: bool) -> None:
+    def _draw(self, draws: list[Draw], client: int, category: str, power: float, on: bool) -> Draw:
+        draw = self.meter.start(client, category, power if on else 0.0)
+        draws.append(draw)
+        return draw
+
+    def off_air(self, draws: list[Draw], *, lost: Collection[int], tx_lost: bool | float) -> None:
         """The flow ended or was cut: receivers in ``lost`` did not get it; ``tx_lost``: the
-        transmission served nothing (aborted, lost to outage, or its receiver missed it)."""
+        transmission served nothing (aborted, lost to outage, or its receiver missed it), or
+        the share of its joules that served nothing (failed transport blocks)."""
         for draw in draws:
             self.meter.stop(draw, wasted=tx_lost if draw.category == _TX else draw.client in lost)
 

@@ -12,18 +12,22 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from fedsim.config import RadioConfig, Scenario, ScenarioError
-from fedsim.results.files import CHANNEL_COLUMNS, CHANNEL_FILE, RADIO_COLUMNS, RADIO_FILE
-from fedsim.sim.events import EventLog
-from fedsim.sim.network import Link, Network
-from fedsim.sim.radio import (
-    Fading,
-    Outage,
-    PathLoss,
-    Radio,
-    RadioSettings,
-    place_in_annulus,
+from fedsim.config import (
+    D2DPathLossConfig,
+    LinkConfig,
+    PathLossConfig,
+    RadioConfig,
+    Scenario,
+    ScenarioError,
 )
+from fedsim.results.files import CHANNEL_COLUMNS, CHANNEL_FILE, RADIO_COLUMNS, RADIO_FILE
+from fedsim.sim.draws import Fading
+from fedsim.sim.events import EventLog
+from fedsim.sim.geometry import place_in_annulus
+from fedsim.sim.link import HarqSettings
+from fedsim.sim.network import Link, Network
+from fedsim.sim.pathloss import PathLoss, UmiStreetCanyon
+from fedsim.sim.radio import LinkSettings, Outage, Radio, RadioSettings
 from fedsim.sim.readers import DeviceProfile, read_positions
 from fedsim.sim.topology import assign_edge_rates, build_graph
 from fedsim.streams import RandomStreams
@@ -78,22 +82,10 @@ def build_network(
 
 
 def radio_settings(config: RadioConfig) -> RadioSettings:
-    path_loss = config.path_loss
+    link = config.link
     return RadioSettings(
-        path_loss=PathLoss(
-            model=path_loss.kind,
-            **(
-                {
-                    "reference_loss_db": path_loss.reference_loss_db,
-                    "reference_distance_m": path_loss.reference_distance_m,
-                    "exponent": path_loss.exponent,
-                }
-                if path_loss.kind == "log_distance"
-                else {"carrier_hz": path_loss.carrier_ghz * 1e9}
-                if path_loss.kind == "free_space"
-                else {}
-            ),
-        ),
+        path_loss=path_loss(config.path_loss),
+        d2d_path_loss=path_loss(config.d2d_path_loss),
         fading=Fading(
             model=config.fading.model,
             k_factor=10.0 ** (config.fading.k_factor_db / 10.0),
@@ -111,10 +103,50 @@ def radio_settings(config: RadioConfig) -> RadioSettings:
         max_bits_per_hz=config.max_bits_per_hz or math.inf,
         min_distance_m=config.min_distance_m,
         cell_radius_m=config.cell_radius_m,
-        outage=Outage(**config.outage.model_dump()) if config.outage else None,
+        outage=Outage(
+            model=link.loss,
+            snr_threshold_db=link.snr_threshold_db,
+            waterfall_m=link.waterfall_m,
+            max_retransmissions=link.max_retransmissions,
+        )
+        if link.model == "whole_transfer"
+        else None,  # fmt: skip
+        link=link_settings(link),
         speed_mps=config.mobility.speed_mps if config.mobility else None,
         update_s=config.mobility.update_s if config.mobility else 1.0,
     )
+
+
+def path_loss(config: PathLossConfig | D2DPathLossConfig) -> PathLoss | UmiStreetCanyon:
+    if config.kind == "umi_street_canyon":
+        return UmiStreetCanyon(config.carrier_ghz * 1e9, config.height_m, config.los)
+    if config.kind == "log_distance":
+        return PathLoss(
+            "log_distance", reference_loss_db=config.reference_loss_db,
+            reference_distance_m=config.reference_distance_m, exponent=config.exponent,
+        )  # fmt: skip
+    if config.kind == "free_space":
+        return PathLoss("free_space", carrier_hz=config.carrier_ghz * 1e9)
+    return PathLoss(config.kind)
+
+
+def link_settings(config: LinkConfig) -> LinkSettings:
+    if config.model == "per_upload":
+        return LinkSettings("per_upload", waterfall_m=10.0 ** (config.waterfall_db / 10.0))
+    if config.model != "harq":
+        return LinkSettings(config.model)
+    harq = HarqSettings(
+        target_bler=config.target_bler,
+        mcs_table=config.mcs_table,
+        subcarrier_spacing_khz=float(config.subcarrier_spacing_khz),
+        bler_source=config.bler_tables,
+        max_transmissions=config.max_transmissions,
+        combining=config.combining,
+        csi_age_blocks=config.csi_age_blocks,
+        olla_step_db=config.olla.step_db if config.olla else None,
+        link_failure_s=config.link_failure_s,
+    )
+    return LinkSettings("harq", harq)
 
 
 def build_radio(
@@ -172,12 +204,18 @@ def write_radio_files(radio: Radio, run_dir: Path, end_s: float) -> None:
             up_mbps = stats.uplink_bits / stats.uplink_air_s / 1e6 if stats.uplink_air_s else ""
             down = stats.downlink_bits / stats.downlink_air_s / 1e6 if stats.downlink_air_s else ""
             x_m, y_m = radio.start_positions_m[client]
+            blocks = stats.blocks
+            harq = (
+                [f"{blocks.sent:.6g}", f"{blocks.failed / blocks.sent:.6g}",
+                 f"{blocks.mcs_sum / blocks.sent:.4g}", f"{blocks.failed:.6g}"]
+                if blocks.sent else ["", "", "", ""]
+            )  # fmt: skip
             writer.writerow([
                 client, f"{x_m:.3f}", f"{y_m:.3f}", f"{distance_m[client]:.3f}",
                 f"{10 * math.log10(radio.tx_power_w[client] * 1000):.12g}",
                 f"{snr_db[client]:.4f}", _number(up_mbps), _number(down),
                 _number(down / up_mbps if up_mbps and down else ""),
-                stats.outages, stats.retransmissions, stats.given_up,
+                stats.outages, stats.retransmissions, stats.given_up, *harq,
             ])  # fmt: skip
     order = np.argsort(distance_m, kind="stable")
     picks = list(
@@ -211,10 +249,13 @@ def rate_distribution(radio: Radio) -> dict[str, float | list[float] | None]:
         "uplink_snr_db": percentiles(list(radio.mean_snr_db(radio.settings.uplink_bandwidth_hz))),
         "uplink_mbps": percentiles(list(up.values())),
         "downlink_mbps": percentiles(list(down.values())),
-        "rho": percentiles([down[c] / up[c] for c in up if c in down]),
+        "rho": percentiles([down[c] / up[c] for c in up if c in down and up[c]]),
         "outages": sum(s.outages for s in stats),
         "retransmissions": sum(s.retransmissions for s in stats),
         "given_up": sum(s.given_up for s in stats),
+        "blocks": (blocks := sum(s.blocks.sent for s in stats)),
+        "bler": sum(s.blocks.failed for s in stats) / blocks if blocks else None,
+        "mean_mcs": sum(s.blocks.mcs_sum for s in stats) / blocks if blocks else None,
     }
 
 

@@ -34,6 +34,8 @@ class Task:
     delivered: simpy.Event
     process: simpy.Process | None = None
     on_delivery: Callable[[int, object], object] | None = None  # the server's, as it arrives
+    on_lost: Callable[[int], None] | None = None  # the server's: an upload it knows is lost
+    failed: bool = False  # its upload was lost, and the base station knows
     compute_started_s: float | None = None
     computed: bool = False  # its training (compute) finished
     downlink_queue_s: float = 0.0
@@ -193,8 +195,14 @@ class Tasks:
             self.timed[task.client] = task
         try:
             value = yield from body
-        except (simpy.Interrupt, TransmissionLost):
-            return  # lost or cancelled: the primitives logged what was wasted
+        except simpy.Interrupt:
+            return  # cancelled, or the client went away: the primitives logged what was wasted
+        except TransmissionLost as lost:
+            if lost.known:
+                task.failed = True
+                if task.on_lost is not None:
+                    task.on_lost(task.client)  # the base station failed to decode it: no wait
+            return
         finally:
             mine = self._running[task.client]
             mine.discard(task)

@@ -280,7 +280,7 @@ class World:
     def _note_downlink(self, client: int, arrival: simpy.Event) -> None:
         """Charge a model that reached the client before it computes to its timed task."""
         task = self.tasks.timed.get(client)
-        if task is not None and task.compute_started_s is None:
+        if arrival.ok and task is not None and task.compute_started_s is None:
             queued_s, air_s = arrival.value
             task.downlink_queue_s += queued_s
             task.downlink_s += air_s
@@ -449,7 +449,8 @@ class World:
         holds one sum, not every upload of the round.
         """
         kept: list[int] = []
-        needed = len(tasks) if keep_first is None else min(keep_first, len(tasks))
+        wanted = len(tasks) if keep_first is None else keep_first
+        needed = min(wanted, len(tasks))
         enough = self.env.event()
         closed = False
 
@@ -461,8 +462,15 @@ class World:
                 enough.succeed()
             return update if take is None else take(client, update)
 
+        def lost(client: int) -> None:  # an upload the base station could not decode
+            nonlocal needed
+            needed = min(needed, len(tasks) - sum(1 for t in tasks.values() if t.failed))
+            if not closed and not enough.triggered and len(kept) >= needed:
+                enough.succeed()
+
         for task in tasks.values():
             task.on_delivery = arrive
+            task.on_lost = lost
         if needed == 0:
             enough.succeed()
         if deadline_s is None:
