@@ -1,20 +1,26 @@
 """What the radio costs the event loop: a timing-only run with Rayleigh block fading vs fixed rates.
 
 The scenario of ``event_throughput`` (10,000 clients with renewal churn, arrivals and
-departures, FedAvg on 10% per round with an 8 s deadline), run timing-only twice, the two
-variants identical but for the links:
+departures, FedAvg on 10% per round with an 8 s deadline), run timing-only in four variants,
+identical but for the links:
 
 - ``fixed``: each client's uplink at a fixed rate (log-normal, median 2 Mbit/s), downlink 4×;
 - ``radio``: ``system.radio`` with clients in a 500 m cell, 8 dB log-normal shadowing and
-  Rayleigh block fading re-drawn every 0.1 s, uploads sharing the 20 MHz band equally.
+  Rayleigh block fading re-drawn every 0.1 s, uploads sharing the 20 MHz band equally,
+  nothing lost (``link: ideal``);
+- ``whole_transfer``: the same radio with the pre-link-layer loss rule (a transfer lost whole
+  when a fading block it spans is below the threshold, and sent again);
+- ``harq``: the same radio with the default lossy link: NR transport blocks, link
+  adaptation and HARQ, failed blocks drawn per period (no event per block).
 
 Each variant's SimPy events are counted in a reference run (with the radio, also how many of
 them are the band's own wake-ups, how many uploads were re-planned at a new fading block,
 and how many re-plans of an upload's rate there were in all); then the same deterministic
 runs are timed with SimPy's own environment, the variants alternating so that both see the
-same machine load. Reported: events/s, and the ratios radio/fixed of events/s, of events
-per simulated second and of wall time per simulated round. With the radio, events/s says
-little: most of the time goes to re-planning uploads, within few events.
+same machine load. Reported: events/s, and the ratios radio/fixed and harq/whole_transfer
+(the new default over the old rule) of events/s, of events per simulated second and of wall
+time per simulated round. With the radio, events/s says little: most of the time goes to
+re-planning uploads, within few events.
 
     python -m benchmarks.radio_throughput [--clients 10000] [--rounds 2] [--repeats 3]
 """
@@ -42,12 +48,19 @@ RADIO = {
 }  # the default uplink_sharing: equal shares of a 20 MHz band
 
 
-def radio_scenario(fixed: Scenario) -> Scenario:
-    """The same scenario with ``system.radio``: the network keeps only its latency (the
-    radio sets the rates, so a fixed rate may not be given alongside)."""
+LINKS = {"radio": "ideal", "whole_transfer": "whole_transfer", "harq": "harq"}
+RATIOS = {  # the radio's cost; the new default link over the old rule
+    "radio_over_fixed": ("radio", "fixed"),
+    "harq_over_whole_transfer": ("harq", "whole_transfer"),
+}
+
+
+def radio_scenario(fixed: Scenario, link: str = "ideal") -> Scenario:
+    """The same scenario with ``system.radio`` and the given link model: the network keeps
+    only its latency (the radio sets the rates, so a fixed rate may not be given alongside)."""
     data = fixed.model_dump(exclude_unset=True)
     data["system"]["network"] = {"latency_s": fixed.system.network.latency_s}
-    data["system"]["radio"] = RADIO
+    data["system"]["radio"] = {**RADIO, "link": {"model": link}}
     return parse_scenario(data)
 
 
@@ -86,7 +99,9 @@ def counting_radio_work() -> Iterator[dict]:
 
 def compare(clients: int, rounds: int, repeats: int, dataset: str) -> dict:
     fixed = churn_scenario(clients, rounds, dataset)
-    variants = {"fixed": fixed, "radio": radio_scenario(fixed)}
+    variants = {"fixed": fixed} | {
+        name: radio_scenario(fixed, link) for name, link in LINKS.items()
+    }
     data = build_dataset(fixed)  # the radio changes neither the data nor the model
     trainers = build_trainers(fixed, data)
     references, changes = {}, {}
@@ -130,19 +145,21 @@ def compare(clients: int, rounds: int, repeats: int, dataset: str) -> dict:
             "upload_replans_per_event": changes[name]["replans"] / events,
         })  # fmt: skip
     by_name = {row["variant"]: row for row in rows}
-    radio, fixed_row = by_name["radio"], by_name["fixed"]
     ratios = {
-        key: radio[key] / fixed_row[key]
-        for key in ("events_per_s", "events_per_s_median", "events_per_cpu_s",
-                    "events_per_simulated_s", "wall_s_per_round", "events")
+        label: {"ratio": f"{top}/{bottom}"} | {
+            key: by_name[top][key] / by_name[bottom][key]
+            for key in ("events_per_s", "events_per_s_median", "events_per_cpu_s",
+                        "events_per_simulated_s", "wall_s_per_round", "events")
+        }
+        for label, (top, bottom) in RATIOS.items()
     }  # fmt: skip
-    return {"radio": RADIO, "repeats": repeats, "rows": rows, "radio_over_fixed": ratios}
+    return {"radio": RADIO, "repeats": repeats, "rows": rows} | ratios
 
 
 COLUMNS = ("variant", "rounds", "events", "simulated_s", "wall_s", "events_per_s",
            "events_per_simulated_s", "wall_s_per_round", "participants_per_round",
-           "band_wakeups", "fading_changes", "upload_replans")  # fmt: skip
-RATIO_COLUMNS = ("events_per_s", "events_per_cpu_s", "events_per_simulated_s",
+           "sent_mb", "wasted_mb", "band_wakeups", "fading_changes", "upload_replans")  # fmt: skip
+RATIO_COLUMNS = ("ratio", "events_per_s", "events_per_cpu_s", "events_per_simulated_s",
                  "wall_s_per_round")  # fmt: skip
 
 
@@ -157,8 +174,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     results = compare(args.clients, args.rounds, args.repeats, args.dataset)
     path = write_results("radio_throughput", results, args.out)
     print(table(results["rows"], COLUMNS))
-    print("radio / fixed:")
-    print(table([results["radio_over_fixed"]], RATIO_COLUMNS))
+    print(table([results[label] for label in RATIOS], RATIO_COLUMNS))
     print(f"written: {path}")
     return results
 

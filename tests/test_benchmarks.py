@@ -40,13 +40,22 @@ def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
         full = results["full_run"]
         assert 0 <= full["overhead_share"] < 1 and full["torch_s"] > 0
     elif name == "radio_throughput":
-        fixed, radio = results["rows"]
-        assert (fixed["variant"], radio["variant"]) == ("fixed", "radio")
+        fixed, *radios = results["rows"]
+        assert [r["variant"] for r in results["rows"]] == [
+            "fixed",
+            "radio",
+            "whole_transfer",
+            "harq",
+        ]
         assert all(r["events"] > 0 and _positive(r["events_per_s"]) for r in results["rows"])
         assert fixed["band_wakeups"] == fixed["upload_replans"] == 0
-        assert 0 < radio["band_wakeups"] < radio["events"] and radio["upload_replans"] > 0
-        assert 0 <= radio["fading_changes"] <= radio["upload_replans"]
-        assert all(_positive(v) for v in results["radio_over_fixed"].values())
+        for radio in radios:
+            assert 0 < radio["band_wakeups"] < radio["events"] and radio["upload_replans"] > 0
+            assert 0 <= radio["fading_changes"] <= radio["upload_replans"]
+        assert radios[0]["wasted_mb"] < radios[1]["wasted_mb"]  # ideal loses only cut uploads
+        for label in ("radio_over_fixed", "harq_over_whole_transfer"):
+            ratios = results[label]
+            assert all(_positive(v) for k, v in ratios.items() if k != "ratio")
     elif name == "precision":
         features = results["cpu_features"]
         assert features["capability"] and features["bf16_native"] in (True, False, "unknown")
