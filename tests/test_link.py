@@ -23,6 +23,7 @@ from fedsim.sim.bler import LOSS_DB, BlerCurves, finite_length_bler
 from fedsim.sim.draws import Fading
 from fedsim.sim.event_check import check_events
 from fedsim.sim.link import Harq, HarqSettings, binomial_ppf, negative_binomial_ppf
+from fedsim.sim.medium import TransmissionLost
 from fedsim.sim.nr import DATA_RE_PER_PRB, code_blocks, mcs_table, transport_block_bits
 from fedsim.sim.pathloss import UmiStreetCanyon
 from fedsim.sim.radio import UPLINK, LinkSettings, RadioSettings
@@ -276,6 +277,29 @@ def test_below_the_lowest_mcs_nothing_is_sent_until_the_channel_improves():
     period = link.plan(0.0, 0, -30.0, -30.0, 1e6, 1e6, 0.1, 0.5)
     assert period.shape is None and period.speed_bps == 0.0
     assert link.settle(period, 0.1, 0).sent == 0.0
+
+
+def test_a_radio_link_failure_reaches_the_sender_known_to_the_base_station():
+    """A client the lowest MCS never reaches loses its radio link after link_failure_s
+    (T310): the sender's process gets the loss as known, so a server need not wait for a
+    deadline (SimPy throws a copy of the exception: ``known`` must survive it)."""
+    env = simpy.Environment()
+    settings = HarqSettings(bler_source="builtin")
+    radio = make_radio(env, [(20_000.0, 0.0)], link=LinkSettings("harq", settings))
+    network = make_network(env, radio)
+    caught = []
+
+    def sender():
+        try:
+            yield from network.upload(0, 1_000_000)
+        except TransmissionLost as lost:
+            caught.append((env.now, lost.known, str(lost)))
+
+    env.process(sender())
+    env.run(until=100.0)
+    assert len(caught) == 1
+    when_s, known, message = caught[0]
+    assert 1.0 <= when_s < 1.1 and known and message == "radio link failure"
 
 
 def test_per_upload_losses_follow_one_minus_exp_of_minus_m_over_snr_and_are_not_retried():

@@ -41,9 +41,14 @@ class TransmissionLost(Exception):
     whole (``per_upload``); ``known``: the base station knows (it failed to decode it), so a
     server need not wait for it."""
 
-    def __init__(self, message: str, *, known: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, known: bool = False) -> None:
+        # Both in args: SimPy throws a copy, type(error)(*error.args), into the waiting process.
+        super().__init__(message, known)
+        self.message = message
         self.known = known
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class Flow:
