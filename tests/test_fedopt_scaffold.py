@@ -128,9 +128,9 @@ def update_dispersion(tmp_path, name: str, monkeypatch) -> list[float]:
     uploaded: dict[int, list[torch.Tensor]] = defaultdict(list)
     upload, send_down = World.upload, World.send_down
 
-    def record_upload(self, client, *tensors):
+    def record_upload(self, client, *tensors, reference=None):
         uploaded[self.round_index].append(tensors[0])  # FedAvg: y_i; SCAFFOLD: Δy_i
-        return (yield from upload(self, client, *tensors))
+        return (yield from upload(self, client, *tensors, reference=reference))
 
     def record_send_down(self, clients, *tensors):
         sent.setdefault(self.round_index, tensors[0])  # x

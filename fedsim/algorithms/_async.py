@@ -104,9 +104,7 @@ def async_server(
     rng = world.streams.generator("async-dispatch")
     model = world.initial_params()
     if config.task_timeout_s is not None:
-        refuse_unbeatable(
-            world, "task_timeout_s", config.task_timeout_s, world.payload_bytes(model)
-        )
+        refuse_unbeatable(world, "task_timeout_s", config.task_timeout_s)
     version = 0
     timeouts_in_a_row = 0
     busy: dict[int, _Dispatch] = {}  # as the server sees it: dispatched, not yet settled
@@ -132,8 +130,8 @@ def async_server(
             if not available:
                 return
             client = int(rng.choice(available))
-            arrived = world.send_down([client], model)[client]
-            body = client_update(world, client, model, arrived, send_delta)
+            arrivals, (received,) = world.send_down([client], model)
+            body = client_update(world, client, received, arrivals[client], send_delta)
             dispatch = _Dispatch(client, version, world.start_task(client, body))
             busy[client] = dispatch
             dispatch.task.delivered.callbacks.append(lambda _, d=dispatch: settle(d))
@@ -180,7 +178,7 @@ def async_server(
             tensor = dispatch.task.delivered.value
             tau = version - dispatch.version
             if config.max_staleness is not None and tau > config.max_staleness:
-                nbytes = world.payload_bytes(tensor)
+                nbytes = world.uploaded_bytes(dispatch.client, tensor)
                 world.log.update_dropped(dispatch.client, nbytes, "stale", round_index)
                 continue
             buffer.append(Update(dispatch.client, tau, tensor))
@@ -198,14 +196,15 @@ def async_server(
         )
 
 
-def refuse_unbeatable(world: World, name: str, limit_s: float, model_bytes: int) -> None:
+def refuse_unbeatable(world: World, name: str, limit_s: float) -> None:
     """Refuse a timeout (the algorithm's option ``name``) shorter than the fastest task any
     client can do (its model down and up alone at the fastest rate, its shortest local
     training): every task would time out, and the server re-dispatch forever. A lower bound,
     so only the certainly hopeless is refused."""
     fastest_s = math.inf
+    down_bytes, up_bytes = (world.model_message_bytes(d) for d in ("downlink", "uplink"))
     for client in range(len(world.clients)):  # stops at the first client that can make it
-        fastest_s = min(fastest_s, world.minimum_task_s(client, model_bytes, model_bytes))
+        fastest_s = min(fastest_s, world.minimum_task_s(client, down_bytes, up_bytes))
         if fastest_s <= limit_s:
             return
     raise ScenarioError(
@@ -222,6 +221,8 @@ def client_update(
     """One client's task: receive, train (taking its compute time), upload; returns the upload."""
     yield model_arrived
     result = yield from world.train(client, params)
-    upload = result.params - params if send_delta else result.params
-    yield from world.upload(client, upload)
-    return upload
+    if send_delta:
+        (delta,) = yield from world.upload(client, result.params - params)
+        return delta
+    (model,) = yield from world.upload(client, result.params, reference=params)
+    return model

@@ -13,13 +13,14 @@ Oracle and UCFL's pipelined rounds use as it is.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Hashable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Generic, TypeVar
 
 import simpy
 import torch
 
 from fedsim.config import ServerOptimizerConfig, SyncServerConfig
-from fedsim.learn.aggregate import RunningAverage
+from fedsim.learn.aggregate import MajorityVote, RunningAverage
 from fedsim.learn.server_optimizers import ServerOptimizer, ServerOptimizerSpec
 from fedsim.learn.trainer import TrainResult
 from fedsim.world import Task, World
@@ -51,8 +52,8 @@ def fedavg_server(
     world.set_models(evaluated(0, global_params))  # what clients use before round 1 ends
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
-        arrivals = world.send_down(selected, global_params)
-        bodies = {c: client_update(c, global_params, arrivals[c]) for c in selected}
+        arrivals, (received,) = world.send_down(selected, global_params)
+        bodies = {c: client_update(c, received, arrivals[c]) for c in selected}
         kept = yield from gather_updates(world, config, bodies, take=take)
         global_params = server.step()[0]
         world.end_round(round_index, evaluated(round_index, global_params), participants=len(kept))
@@ -61,11 +62,12 @@ def fedavg_server(
 def client_update(
     world: World, client: int, params: torch.Tensor, model_arrived: simpy.Event
 ) -> Generator[simpy.Event, object, TrainResult]:
-    """One client's part of a round: receive, train (taking its compute time), upload."""
+    """One client's part of a round: receive, train (taking its compute time), upload
+    (its update on the received model: what the server gets is what it decodes)."""
     yield model_arrived
     result = yield from world.train(client, params)
-    yield from world.upload(client, result.params)
-    return result
+    (sent,) = yield from world.upload(client, result.params, reference=params)
+    return replace(result, params=sent)
 
 
 def gather_updates(
@@ -127,7 +129,8 @@ class ServerModels(Generic[Key]):
 
     ``add`` folds a kept update into its model's running average (weighted by the sender's
     sample count) as it arrives; ``step`` ends the round: each model that got updates steps
-    from the average (plain FedAvg: becomes it), the others stay as they were.
+    from the average (plain FedAvg: becomes it), the others stay as they were. Under a
+    signSGD uplink the average is the majority vote's step instead (``MajorityVote``).
     """
 
     def __init__(
@@ -136,10 +139,17 @@ class ServerModels(Generic[Key]):
         self.models = dict(models)
         self._world = world
         self._optimizers = {key: server_optimizer(config) for key in self.models}
-        self._averages: dict[Key, RunningAverage] = {}
+        self._averages: dict[Key, RunningAverage | MajorityVote] = {}
+        self._vote_step = world.compression.vote_step  # signSGD's uplink: a majority vote
 
     def add(self, key: Key, client: int, params: torch.Tensor) -> None:
-        self._averages.setdefault(key, RunningAverage()).add(params, self._world.num_train(client))
+        if key not in self._averages:
+            self._averages[key] = (
+                RunningAverage()
+                if self._vote_step is None
+                else MajorityVote(self.models[key], self._vote_step)
+            )
+        self._averages[key].add(params, self._world.num_train(client))
 
     def step(self) -> dict[Key, torch.Tensor]:
         """This round's models (a new dict: earlier rounds' views keep theirs)."""

@@ -94,12 +94,15 @@ def run(
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
         arrivals: dict[int, simpy.Event] = {}
+        received: dict[int, torch.Tensor] = {}  # each receiver's cluster model, as decoded
         for cluster in server.clusters:
             receivers = [c for c in selected if c in cluster.members]
             if receivers:
-                arrivals |= world.send_down(receivers, cluster.model)
+                sent = world.send_down(receivers, cluster.model)
+                arrivals |= sent.arrivals
+                received |= dict.fromkeys(receivers, sent.received[0])
         tasks = {
-            c: world.start_task(c, client_update(world, c, server.cluster_of(c).model, arrivals[c]))
+            c: world.start_task(c, client_update(world, c, received[c], arrivals[c]))
             for c in selected
         }
         updates: dict[int, torch.Tensor] = yield from world.gather(
@@ -135,8 +138,7 @@ def client_update(
     """Receive the cluster's model, train, upload the weight update Δθ = θ' − θ."""
     yield model_arrived
     result = yield from world.train(client, params)
-    update = result.params - params
-    yield from world.upload(client, update)
+    (update,) = yield from world.upload(client, result.params - params)
     return update
 
 

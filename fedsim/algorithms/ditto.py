@@ -18,6 +18,7 @@ like under FedAvg. A client that leaves takes its v_i with it. Evaluation: perso
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import replace
 
 import simpy
 import torch
@@ -46,8 +47,8 @@ def run(world: World, config: DittoConfig) -> Generator[simpy.Event, object, Non
             prox_mu=config.lam,
         )
         personal[client] = own_result.params
-        yield from world.upload(client, result.params)
-        return result
+        (sent,) = yield from world.upload(client, result.params, reference=global_params)
+        return replace(result, params=sent)
 
     def personal_models(round_index: int, global_params: torch.Tensor) -> LazyModels:
         kept = dict(personal)  # as they are at the end of this round

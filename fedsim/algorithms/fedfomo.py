@@ -88,8 +88,11 @@ def run(
                 epsilon=config.epsilon,
             )
             models = [state.server_models.get(j, initial) for j in peers[i]]
-            arrived = world.send_down([i], *models)[i]  # one unicast of M models
-            body = client_update(world, i, models, arrived, state.client_models, validation_set(i))
+            sent = world.send_down([i], *models)  # one unicast of M models
+            received = list(sent.received)
+            body = client_update(
+                world, i, received, sent.arrivals[i], state.client_models, validation_set(i)
+            )
             tasks[i] = world.start_task(i, body)
         results: dict[int, tuple[torch.Tensor, torch.Tensor]] = yield from world.gather(
             tasks,
@@ -118,8 +121,10 @@ def client_update(
         params = weighted_average(peer_models, weights.tolist())
     result = yield from world.train(client, params, train_indices=validation.train_indices)
     own_models[client] = result.params  # the client keeps it, whether or not the server does
-    yield from world.upload(client, result.params, weights)
-    return result.params, weights
+    # The server cannot rebuild the model the client trained from (its own may be the
+    # start): an uplink codec compresses the model itself.
+    sent, _ = yield from world.upload(client, result.params, weights)
+    return sent, weights
 
 
 def peer_weights(

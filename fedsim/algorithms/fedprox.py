@@ -12,6 +12,7 @@ server deadline drops the late ones, as under FedAvg.
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import replace
 from functools import partial
 
 import simpy
@@ -33,5 +34,5 @@ def client_update(
     """Receive w, train with the proximal term centred at w, upload."""
     yield model_arrived
     result = yield from world.train(client, params, prox_center=params, prox_mu=mu)
-    yield from world.upload(client, result.params)
-    return result
+    (sent,) = yield from world.upload(client, result.params, reference=params)
+    return replace(result, params=sent)

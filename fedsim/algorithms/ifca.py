@@ -41,8 +41,9 @@ def run(world: World, config: IfcaConfig) -> Generator[simpy.Event, object, None
 
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
-        arrivals = world.send_down(selected, *models.values())
-        bodies = {c: client_update(world, c, models, arrivals[c]) for c in selected}
+        arrivals, received = world.send_down(selected, *models.values())
+        received_models = dict(zip(models, received, strict=True))
+        bodies = {c: client_update(world, c, received_models, arrivals[c]) for c in selected}
         kept = yield from gather_updates(world, config, bodies, take=take)
         models = server.step()
         world.end_round(round_index, ClusterModels(world, models), participants=len(kept))
@@ -56,8 +57,8 @@ def client_update(
     cluster = best_cluster(world, models, client)
     result = yield from world.train(client, models[cluster])
     index = torch.tensor([float(cluster)])
-    yield from world.upload(client, result.params, index)
-    return result.params, index
+    sent, _ = yield from world.upload(client, result.params, index, reference=models[cluster])
+    return sent, index
 
 
 def initial_models(world: World, clusters: int) -> dict[int, torch.Tensor]:

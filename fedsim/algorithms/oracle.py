@@ -40,12 +40,14 @@ def run(world: World, config: OracleConfig) -> Generator[simpy.Event, object, No
 
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
-        arrivals = {}
+        arrivals, received = {}, {}
         for g, model in models.items():
             members = [c for c in selected if group[c] == g]
             if members:
-                arrivals.update(world.send_down(members, model))
-        bodies = {c: client_update(world, c, models[group[c]], arrivals[c]) for c in selected}
+                sent = world.send_down(members, model)
+                arrivals.update(sent.arrivals)
+                received[g] = sent.received[0]
+        bodies = {c: client_update(world, c, received[group[c]], arrivals[c]) for c in selected}
         kept = yield from gather_updates(world, config, bodies, take=take)
         models = server.step()
         group_models = LazyModels(world, lambda c, models=models: models[group[c]])  # this round's

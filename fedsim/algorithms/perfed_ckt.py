@@ -52,7 +52,7 @@ def run(world: World, config: PerFedCktConfig) -> Generator[simpy.Event, object,
         selected = yield from world.select_clients(
             config.client_fraction, config.over_selection, by_size=config.sample_by_size
         )
-        arrivals = world.send_down(selected, *centroids)
+        arrivals, _ = world.send_down(selected, *centroids)  # outputs: never compressed
         tasks = {
             c: world.start_task(
                 c, client_round(world, c, models, public, centroids, arrivals[c], config)

@@ -64,8 +64,11 @@ def run(
     world.set_models(x)
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
-        arrivals = world.send_down(selected, x, c)
-        bodies = {i: client_update(world, config, i, x, c, controls, arrivals[i]) for i in selected}
+        arrivals, (x_received, c_received) = world.send_down(selected, x, c)
+        bodies = {
+            i: client_update(world, config, i, x_received, c_received, controls, arrivals[i])
+            for i in selected
+        }
         deltas = (RunningAverage(), RunningAverage())  # of the models, of the control variates
 
         def take(client: int, update: tuple[torch.Tensor, ...], deltas=deltas) -> None:
@@ -100,10 +103,9 @@ def client_update(
         c_new = c_i - c + (x - result.params) / (result.steps * world.scenario.training.lr)
     else:  # no local data, no step: nothing learned about the drift
         c_new = c_i
-    update = (result.params - x, c_new - c_i)
-    yield from world.upload(client, *update)
+    sent = yield from world.upload(client, result.params - x, c_new - c_i)
     controls[client] = c_new
-    return update
+    return sent
 
 
 def full_gradient(

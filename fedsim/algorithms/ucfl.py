@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator, Sequence
+from dataclasses import replace
 
 import numpy as np
 import simpy
@@ -67,9 +68,9 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
 
     # --- setup round: statistics at theta0, collaboration weights, streams ---
     everyone = world.client_ids
-    arrivals = world.send_down(everyone, theta0)
+    arrivals, (theta0_received,) = world.send_down(everyone, theta0)
     tasks = {
-        c: world.start_task(c, report_statistics(world, c, theta0, arrivals[c], config))
+        c: world.start_task(c, report_statistics(world, c, theta0_received, arrivals[c], config))
         for c in everyone
     }
     reports = yield from world.gather(tasks, deadline_s=config.deadline_s)
@@ -80,7 +81,7 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
         np.array([reports[c][2] for c in reporters]),
         config.bandwidth,
     )
-    model_bytes = world.payload_bytes(theta0)
+    model_bytes = world.model_message_bytes("downlink"), world.model_message_bytes("uplink")
     k, labels, centroids, scores = choose_streams(weights, reporters, config, world, model_bytes)
     if round_time_is_exact(world, config):
         world.note_closed_form_round_s(
@@ -103,12 +104,13 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
     # --- training rounds: k group-casts down, m models up, centroid-weighted aggregation ---
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction, config.over_selection)
-        arrivals = {}
+        arrivals, start = {}, {}  # start: each member's stream as it decoded it
         for n in range(k):
             members = [c for c in selected if stream_of.get(c, largest) == n]
             if members:
-                arrivals |= world.send_down(members, streams[n])
-        start = {c: streams[stream_of.get(c, largest)] for c in selected}
+                sent = world.send_down(members, streams[n])
+                arrivals |= sent.arrivals
+                start |= dict.fromkeys(members, sent.received[0])
         if config.timing == "barrier":
             barriers = (all_sent, all_computed) = (Barrier(world), Barrier(world))
             bodies = {
@@ -148,8 +150,8 @@ def barrier_update(
     yield all_sent.reach(client)
     result = yield from world.train(client, params)
     yield all_computed.reach(client)
-    yield from world.upload(client, result.params)
-    return result
+    (sent,) = yield from world.upload(client, result.params, reference=params)
+    return replace(result, params=sent)
 
 
 def report_statistics(
@@ -170,8 +172,8 @@ def report_statistics(
             for b in np.array_split(order, config.variance_batches)
         ]
         sigma2 = float(np.mean([float((g - gradient).square().sum()) for g in batch_gradients]))
-    yield from world.upload(client, gradient, torch.tensor([sigma2, float(n)]))
-    return gradient, sigma2, n
+    received, _ = yield from world.upload(client, gradient, torch.tensor([sigma2, float(n)]))
+    return received, sigma2, n
 
 
 def collaboration_weights(
@@ -197,7 +199,7 @@ def choose_streams(
     clients: Sequence[int],
     config: UcflConfig,
     world: World,
-    model_bytes: int,
+    model_bytes: tuple[int, int],
 ) -> tuple[int, np.ndarray, np.ndarray, dict[int, float]]:
     """k, each client's stream, the k centroid weight vectors, and the silhouette per K tried
     (``clients``: the clients of the rows of ``weights``)."""
@@ -235,7 +237,11 @@ def choose_streams(
 
 
 def expected_round_s(
-    world: World, clients: Sequence[int], labels: np.ndarray, model_bytes: int, timing: str
+    world: World,
+    clients: Sequence[int],
+    labels: np.ndarray,
+    model_bytes: tuple[int, int],
+    timing: str,
 ) -> float:
     """E[round time] when every client of W takes part, from the World's time model.
 
@@ -245,8 +251,10 @@ def expected_round_s(
     scale_i (T_min + Exp(mean)), its upload alone on the air); ``barrier``: the last stream's
     end + E[max_i C_i] + the upload phase (max_i U_i, or Σ_i U_i under TDMA). Exact with a
     parallel uplink (pipelined) or a parallel or TDMA uplink (barrier), no heavy tail, and
-    everyone selected (``round_time_is_exact``); otherwise a model of it.
+    everyone selected (``round_time_is_exact``); otherwise a model of it. ``model_bytes``:
+    a model message's bytes down and up.
     """
+    down_bytes, up_bytes = model_bytes
     network = world.network
     streams = range(int(labels.max()) + 1)
     members = [[c for c, n in zip(clients, labels, strict=True) if n == s] for s in streams]
@@ -257,11 +265,11 @@ def expected_round_s(
     while turns:
         copies = turns.popleft()
         receivers = copies.pop(0)
-        sent_s += network.group_downlink_time_s(receivers, model_bytes)
+        sent_s += network.group_downlink_time_s(receivers, down_bytes)
         arrival_s |= dict.fromkeys(receivers, sent_s)
         if copies:
             turns.append(copies)
-    uplink_s = np.array([network.uplink_time_s(c, model_bytes) for c in clients])
+    uplink_s = np.array([network.uplink_time_s(c, up_bytes) for c in clients])
     scales = [world.compute_scale(c) for c in clients]
     if timing == "barrier":
         compute_s = world.devices.expected_max_completion_s(np.zeros(len(clients)), scales)
@@ -284,4 +292,5 @@ def round_time_is_exact(world: World, config: UcflConfig) -> bool:
         and config.client_fraction == 1
         and config.over_selection == 0
         and config.deadline_s is None
+        and world.compression.config is None  # a codec's bytes may vary with the update
     )

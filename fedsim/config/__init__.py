@@ -92,6 +92,7 @@ from fedsim.config.clients import (
     ScheduledChange,
     TraceAvailability,
 )
+from fedsim.config.compression import CODEC_NAMES, CodecConfig, CompressionConfig
 from fedsim.config.data import (
     DATA_ENV_VAR,
     DEFAULT_DATA_ROOT,
@@ -171,7 +172,10 @@ __all__ = [
     "BandwidthHz",
     "BatteryConfig",
     "CflConfig",
+    "CODEC_NAMES",
     "ChargingConfig",
+    "CodecConfig",
+    "CompressionConfig",
     "ClientsConfig",
     "CoboConfig",
     "ComputeConfig",

@@ -28,6 +28,7 @@ from fedsim.config.base import (
     tag_of,
     tagged_union,
 )
+from fedsim.config.compression import CompressionConfig
 
 
 class _AlgorithmBase(_Strict):
@@ -35,6 +36,20 @@ class _AlgorithmBase(_Strict):
         default=None,
         description="results folder name (letters, digits, _ . + = @ -); default: the algorithm",
     )
+    compression: CompressionConfig | None = Field(
+        default=None, description="codecs of the uplink and downlink messages; null: none"
+    )
+    # The directions whose messages are models or updates a codec may compress, and why not.
+    compressible: ClassVar[dict[str, str | None]] = {"uplink": None, "downlink": None}
+
+    @model_validator(mode="after")
+    def _compressible(self) -> _AlgorithmBase:
+        for direction in ("uplink", "downlink"):
+            if self.compression is not None and getattr(self.compression, direction):
+                why = self.compressible.get(direction, f"sends nothing on the {direction}")
+                if why is not None:
+                    raise ValueError(f"compression.{direction}: {self.name} {why}")  # type: ignore[attr-defined]
+        return self
 
     @property
     def run_label(self) -> str:
@@ -45,6 +60,7 @@ class LocalConfig(_AlgorithmBase):
     """Every client trains alone on its own data: no communication (the floor to beat)."""
 
     name: Literal["local"]
+    compressible: ClassVar[dict[str, str | None]] = {}
 
 
 class SyncServerConfig(_AlgorithmBase):
@@ -270,6 +286,9 @@ class PerFedCktConfig(SyncServerConfig):
     """PerFed-CKT: clustered co-distillation through outputs on a public unlabeled set."""
 
     name: Literal["perfed_ckt"]
+    compressible: ClassVar[dict[str, str | None]] = dict.fromkeys(
+        ("uplink", "downlink"), "sends softmax outputs on the public set, not models or updates"
+    )
     clusters: PositiveInt = Field(default=3, description="c (paper: 3 homogeneous, 2 mixed)")
     distill_weight: Weight = Field(default=2.0, description="lambda (paper: 2)")
     public_samples: PositiveInt = Field(default=2000, description="|P| (paper: 2000)")
@@ -319,6 +338,11 @@ class FedBuffConfig(AsyncServerConfig):
 
 class DecentralizedConfig(_AlgorithmBase):
     """No server: clients talk over D2D links (or via the base station) in lock-step rounds."""
+
+    compressible: ClassVar[dict[str, str | None]] = {
+        "uplink": "sends peer messages; codecs apply to uploads to a server",
+        "downlink": "has no server to send models down",
+    }
 
     deadline_s: Seconds | None = Field(
         default=None,

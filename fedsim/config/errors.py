@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from fedsim.config.algorithms import ALGORITHMS
 from fedsim.config.base import BOOL_NOT_NUMBER, _not_a_boolean, tag_of
 from fedsim.config.clients import AVAILABILITIES
+from fedsim.config.compression import CODECS
 from fedsim.config.data import PARTITIONS
 from fedsim.config.laws import POWER_LAWS, RATE_LAWS
 from fedsim.config.radio import D2D_PATH_LOSSES, LINKS, PATH_LOSSES
@@ -34,6 +35,7 @@ TAGGED_UNIONS: tuple[tuple[tuple[type[BaseModel], ...], str], ...] = (
     (POWER_LAWS, "kind"),
     (PARTITIONS, "kind"),
     (ALGORITHMS, "name"),
+    (CODECS, "codec"),
 )
 
 

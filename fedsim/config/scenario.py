@@ -350,6 +350,9 @@ class Scenario(_Strict):
         data = self.model_dump(mode="json")
         if algorithms is not None:
             data["algorithms"] = [a.model_dump(mode="json") for a in algorithms]
+        for algorithm in data["algorithms"]:  # no codec: the file (and its hash) as before
+            if algorithm.get("compression") is None:
+                algorithm.pop("compression", None)
         return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -51,3 +51,25 @@ def weighted_average(vectors: Sequence[torch.Tensor], weights: Sequence[float]) 
     for vector, weight in zip(vectors, weights, strict=True):
         average.add(vector, weight)
     return average.result()
+
+
+class MajorityVote:
+    """signSGD's server (Bernstein et al. 2018): each client votes sign(v_i − base) per
+    number, one vote per client whatever its weight; the result steps ``step`` from
+    ``base`` along the sign of the votes (a tie, zero: no step)."""
+
+    def __init__(self, base: torch.Tensor, step: float) -> None:
+        self._base = base
+        self._step = step
+        self._votes = torch.zeros(base.shape, dtype=torch.int32, device=base.device)
+        self.weight = 0.0
+
+    def add(self, vector: torch.Tensor, weight: float) -> None:
+        self.weight += weight
+        if not vector.is_meta:
+            self._votes += torch.sign(vector - self._base).to(torch.int32)
+
+    def result(self) -> torch.Tensor:
+        if self._base.is_meta:
+            return torch.empty_like(self._base)
+        return self._base + self._step * torch.sign(self._votes).to(self._base.dtype)

@@ -207,6 +207,11 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=dtype)
 
+    @property
+    def layer_shapes(self) -> list[torch.Size]:
+        """The shapes of the layers a flat parameter vector is made of, in order."""
+        return list(self._shapes)
+
     def init_params(self, seed: int) -> torch.Tensor:
         """PyTorch's default initialization of the architecture under ``manual_seed(seed)``.
 

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -36,6 +37,7 @@ from fedsim.sim.compute import CpuCycles, device_speeds
 from fedsim.sim.events import EventLog
 from fedsim.sim.topology import neighbours
 from fedsim.streams import RandomStreams
+from fedsim.world.compression import SERVER, Compression
 from fedsim.world.devices import Devices
 from fedsim.world.energy import DeviceEnergy
 from fedsim.world.evaluation import Evaluation, Models
@@ -53,6 +55,13 @@ class Client:
     id: int
     shard: ClientShard
     speed: float  # compute time is divided by this (device class and straggler slowdown)
+
+
+class Downlink(NamedTuple):
+    """A transmission of the base station: when each client has it, and what it decodes."""
+
+    arrivals: dict[int, simpy.Event]
+    received: tuple[torch.Tensor, ...]
 
 
 class World:
@@ -109,7 +118,7 @@ class World:
             self.env, scenario.clients, num_clients, self.streams, self.log, recorder,
             interrupt=self.tasks.interrupt_client,
             joined=lambda client: self.on_join and self.on_join(client),
-            left=lambda client: self.on_leave and self.on_leave(client),
+            left=self._left,
         )  # fmt: skip
         self.present = self.presence.present  # the same sets, kept up to date by presence
         self.online = self.presence.online
@@ -140,7 +149,13 @@ class World:
             scenario.training.batch_size, self.streams, self.log, self.energy,
             timed_tasks=self.tasks.timed, round_index=lambda: self.round_index,
         )  # fmt: skip
-        self._bits_per_param = system.network.precision_bits
+        self.compression = Compression(
+            algorithm.compression,
+            system.network.precision_bits,
+            [t.layer_shapes for t in {id(t): t for t in self._trainers}.values()],
+            self.streams.integer_seed("compression"),
+        )
+        self._uploaded_bytes: dict[int, int] = {}  # each client's last upload, as encoded
         self._trainings_done = [0] * num_clients
         self.trainings = TrainingQueue()
         self.sampling_rng = self.streams.generator("sampling")
@@ -185,6 +200,13 @@ class World:
     def client_ids(self) -> list[int]:
         """Clients present now (joined and not departed), in id order."""
         return sorted(self.present)
+
+    def _left(self, client: int) -> None:
+        """A client left for good: what the codecs kept for it goes, then the algorithm's say."""
+        self.compression.forget(client)
+        self._uploaded_bytes.pop(client, None)
+        if self.on_leave:
+            self.on_leave(client)
 
     def is_online(self, client: int) -> bool:
         return client in self.online
@@ -264,18 +286,31 @@ class World:
         return params
 
     def payload_bytes(self, *tensors: torch.Tensor) -> int:
-        """Bytes on the air for these tensors at the scenario's precision."""
-        return sum(t.numel() for t in tensors) * self._bits_per_param // 8
+        """Bytes on the air for these tensors sent as they are, at the scenario's precision."""
+        return self.compression.raw_bytes(tensors)
 
-    def send_down(self, clients: Sequence[int], *tensors: torch.Tensor) -> dict[int, simpy.Event]:
-        """The base station sends the same payload to a group; per-client arrival events.
+    def uploaded_bytes(self, client: int, *tensors: torch.Tensor) -> int:
+        """Bytes of the client's last upload, which carried these tensors (as encoded)."""
+        if self.compression.active:
+            return self._uploaded_bytes[client]
+        return self.payload_bytes(*tensors)
+
+    def model_message_bytes(self, direction: str) -> int:
+        """Bytes of one model message in ``direction`` ("uplink", "downlink") as its codec
+        encodes it (an update of the model's shape, on the uplink)."""
+        return self.compression.model_message_bytes(direction, self.trainer.num_params)
+
+    def send_down(self, clients: Sequence[int], *tensors: torch.Tensor) -> Downlink:
+        """The base station sends the same payload to a group: per-client arrival events, and
+        the tensors as the clients decode them (the same, without a downlink codec).
 
         A client that is offline when the transmission ends misses it: its event never fires.
         """
-        arrivals = self.network.send_down(clients, self.payload_bytes(*tensors))
+        nbytes, received = self.compression.send("downlink", SERVER, tensors)
+        arrivals = self.network.send_down(clients, nbytes)
         for client, arrival in arrivals.items():
             arrival.callbacks.append(partial(self._note_downlink, client))
-        return arrivals
+        return Downlink(arrivals, received)
 
     def _note_downlink(self, client: int, arrival: simpy.Event) -> None:
         """Charge a model that reached the client before it computes to its timed task."""
@@ -285,14 +320,31 @@ class World:
             task.downlink_queue_s += queued_s
             task.downlink_s += air_s
 
-    def upload(self, client: int, *tensors: torch.Tensor) -> Generator[simpy.Event, None, None]:
-        """Process body: the client sends these tensors to the base station."""
+    def upload(
+        self, client: int, *tensors: torch.Tensor, reference: torch.Tensor | None = None
+    ) -> Generator[simpy.Event, None, tuple[torch.Tensor, ...]]:
+        """Process body: the client sends these tensors to the base station; returns them as
+        the server decodes them (the same, without an uplink codec).
+
+        ``reference``: the model the client received, when the first tensor is its trained
+        model: an uplink codec then compresses the update (the model minus the reference).
+        """
         started_s = self.env.now
-        _, air_s = yield from self.network.upload(client, self.payload_bytes(*tensors))
         task = self.tasks.timed.get(client)
+        nbytes, received = self.compression.send("uplink", client, tensors, (reference,))
+        config = self.compression.config
+        if config is not None and config.codec_s_per_mparam and self.compression.active:
+            encode_s = config.codec_s_per_mparam * sum(t.numel() for t in tensors) / 1e6
+            yield self.env.timeout(encode_s)  # the client's device encodes before it sends
+            started_s = self.env.now
+            if task is not None:
+                task.compute_s += encode_s
+        _, air_s = yield from self.network.upload(client, nbytes)
+        self._uploaded_bytes[client] = nbytes
         if task is not None:
             task.uplink_queue_s += self.env.now - started_s - air_s
             task.uplink_s += air_s
+        return received
 
     def send_peer(
         self, sender: int, receiver: int, *tensors: torch.Tensor
@@ -493,7 +545,7 @@ class World:
         taken = set(kept)
         for client, task in tasks.items():
             if task.delivered.triggered and client not in taken:
-                nbytes = self.payload_bytes(*_tensors_of(task.delivered.value))
+                nbytes = self.uploaded_bytes(client, *_tensors_of(task.delivered.value))
                 self.log.update_dropped(
                     client, nbytes, reason="surplus", round_index=self.round_index
                 )
