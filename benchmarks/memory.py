@@ -12,6 +12,9 @@ clients by fedsim (the whole training split, so the dataset's share is the same 
 - ``fedsim_ditto_round``: a real Ditto round on fedsim's World with every client selected;
   afterwards each client holds its personal model. Its peak also holds what its FedAvg
   server needs at once.
+- ``fedavg_topk_ef_round``: the FedAvg round with a top-k 1% uplink and error feedback:
+  each client keeps its residual, a flat float32 vector of the model (``codec_state_MB``),
+  made at its first upload and dropped when it leaves.
 - ``fedavg_round``: a FedAvg round of every client, whose server folds each upload into a
   running sum as it arrives (one model's worth of float64), and ``fedavg_round_stacked``: the
   same round with the server fedsim had before (and most FL code has): it keeps every
@@ -42,7 +45,11 @@ from benchmarks._common import base_parser, table, write_results
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_BYTES = 1e9
-LAYOUTS = ("fedsim", "naive", "fedsim_ditto_round", "fedavg_round", "fedavg_round_stacked")
+LAYOUTS = (
+    "fedsim", "naive", "fedsim_ditto_round", "fedavg_round", "fedavg_round_stacked",
+    "fedavg_topk_ef_round",
+)  # fmt: skip
+ERROR_FEEDBACK = {"uplink": {"codec": "topk", "fraction": 0.01, "error_feedback": True}}
 
 
 def rss_bytes() -> dict:
@@ -56,7 +63,7 @@ def rss_bytes() -> dict:
     return {"rss": peak, "peak": peak}
 
 
-def _scenario(clients: int, model: str, dataset: str, algorithm: str = "ditto"):
+def _scenario(clients: int, model: str, dataset: str, algorithm: str = "ditto", compression=None):
     from fedsim.config import parse_scenario
 
     return parse_scenario(
@@ -69,7 +76,7 @@ def _scenario(clients: int, model: str, dataset: str, algorithm: str = "ditto"):
             # compute 1 s + Exp(1 s): uploads arrive spread out, as they do on real devices
             "system": {"compute": {"t_min_s": 1.0, "mean_extra_s": 1.0}},
             "training": {"batch_size": 32, "local_epochs": 1},
-            "algorithms": [{"name": algorithm, "client_fraction": 1.0}],
+            "algorithms": [{"name": algorithm, "client_fraction": 1.0, "compression": compression}],
             "run": {"rounds": 1},
         }
     )
@@ -86,7 +93,11 @@ def child(layout: str, clients: int, model: str, dataset: str) -> dict:
 
     torch.set_num_threads(1)  # the same thread pools (and their stacks) in both layouts
     start = rss_bytes()["rss"]
-    sc = _scenario(clients, model, dataset, "ditto" if layout.startswith("fedsim") else "fedavg")
+    sc = _scenario(
+        clients, model, dataset, "ditto" if layout.startswith("fedsim") else "fedavg",
+        ERROR_FEEDBACK if layout == "fedavg_topk_ef_round" else None,
+    )  # fmt: skip
+    codec_state = 0
     data = build_dataset(sc)
     trainers = build_trainers(sc, data)
     after_data = rss_bytes()["rss"]
@@ -110,6 +121,7 @@ def child(layout: str, clients: int, model: str, dataset: str) -> dict:
             world = World(sc, algorithm, data, trainers, recorder)
             world.run(server(world, algorithm))
             world.finish(complete=True)
+        codec_state = world.compression.state_bytes()
         models = world.models  # the global model, or each client's personal one (Ditto)
         if isinstance(models, torch.Tensor):
             held = [models]
@@ -122,6 +134,7 @@ def child(layout: str, clients: int, model: str, dataset: str) -> dict:
         "model": model,
         "tensors_held": len(held),
         "parameter_bytes": sum(t.numel() * t.element_size() for t in held),
+        "codec_state_bytes": codec_state,
         "rss_after_imports": start,
         "rss_after_data": after_data,
         "rss_final": end["rss"],
@@ -140,7 +153,7 @@ def stacked_fedavg(world, config):
     params = world.initial_params()
     for round_index in world.rounds():
         selected = yield from world.select_clients(config.client_fraction)
-        arrivals = world.send_down(selected, params)
+        arrivals, _ = world.send_down(selected, params)
         bodies = {c: client_update(world, c, params, arrivals[c]) for c in selected}
         results = yield from gather_updates(world, config, bodies)
         weights = torch.tensor([float(world.num_train(c)) for c in results])
@@ -160,8 +173,8 @@ def measure(layout: str, clients: int, model: str, dataset: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-COLUMNS = ("layout", "clients", "model", "parameter_MB", "imports_MB", "data_MB", "models_MB",
-           "rss_final_MB", "rss_peak_MB", "under_1GB")  # fmt: skip
+COLUMNS = ("layout", "clients", "model", "parameter_MB", "codec_state_MB", "imports_MB",
+           "data_MB", "models_MB", "rss_final_MB", "rss_peak_MB", "under_1GB")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -178,18 +191,22 @@ def main(argv: Sequence[str] | None = None) -> dict:
     for row in rows:
         row["under_1GB"] = row["rss_peak"] < TARGET_BYTES
         row["parameter_MB"] = row["parameter_bytes"] / 1e6
+        row["codec_state_MB"] = row["codec_state_bytes"] / 1e6
         row["imports_MB"] = row["rss_after_imports"] / 1e6
         row["data_MB"] = (row["rss_after_data"] - row["rss_after_imports"]) / 1e6
         row["models_MB"] = row["models_rss"] / 1e6
         row["rss_final_MB"] = row["rss_final"] / 1e6
         row["rss_peak_MB"] = row["rss_peak"] / 1e6
-    fedsim, naive, _, streaming, stacked = rows
+    fedsim, naive, _, streaming, stacked, feedback = rows
     results = {
         "target_bytes": TARGET_BYTES,
         "rows": rows,
         "naive_over_fedsim_models": naive["models_rss"] / max(fedsim["models_rss"], 1),
         "stacked_over_streaming_round_peak": (stacked["rss_peak"] - stacked["rss_after_data"])
         / max(streaming["rss_peak"] - streaming["rss_after_data"], 1),
+        # residuals held over one float32 model per client: 1 when each keeps exactly one
+        "error_feedback_state_over_client_models": feedback["codec_state_bytes"]
+        / (args.clients * streaming["parameter_bytes"]),
     }
     path = write_results("memory", results, args.out)
     print(table(rows, COLUMNS))

@@ -61,6 +61,8 @@ class Budget:
     # when the rounds closed (``fedsim.world.tasks.CUT_AT``, summed over those rounds).
     empty_rounds: int = 0
     empty_rounds_cut_at: dict[str, int] = field(default_factory=dict)
+    # Bytes of one model-shaped message as the algorithm's codecs encode it (None: no codec).
+    message_bytes: dict[str, int] | None = None
     radio: dict | None = None  # with system.radio: world.network.rate_distribution
     energy_j: dict | None = None  # with system.energy: joules by category, over the run
 
@@ -118,6 +120,11 @@ def budget_algorithm(
         retransmitted_bytes=log.retransmitted_bytes,
         participants_per_round=float(np.mean([r["participants"] for r in rows])) if rows else 0.0,
         closed_form_round_s=closed_form_round_s(scenario, algorithm, world),
+        message_bytes=(
+            {d: world.model_message_bytes(d) for d in ("uplink", "downlink")}
+            if world.compression.active
+            else None
+        ),
         radio=rate_distribution(world.network.radio) if world.network.radio else None,
         energy_j=world.energy.meter.totals() if world.energy else None,
         empty_rounds=len(empty),
@@ -162,14 +169,14 @@ def closed_form_round_s(
     if algorithm.deadline_s is not None or algorithm.over_selection > 0:
         return None
     m = world.wanted_updates(algorithm.client_fraction)
-    payload = world.payload_bytes(world.initial_params())
+    down_bytes, up_bytes = (world.model_message_bytes(d) for d in ("downlink", "uplink"))
     link = world.network.links[0]
-    t_dl = link.latency_s + 8 * payload / link.downlink_bps
+    t_dl = link.latency_s + 8 * down_bytes / link.downlink_bps
     if system.network.downlink == "unicast":
         if compute.mean_extra_s > 0:
             return None
         t_dl *= m
-    t_ul = link.latency_s + 8 * payload / link.uplink_bps
+    t_ul = link.latency_s + 8 * up_bytes / link.uplink_bps
     expected_compute_s = world.devices.compute_model.base.expected_max_s(m)
     medium = system.network.uplink_medium
     if medium == "parallel":
@@ -181,7 +188,7 @@ def closed_form_round_s(
     capacity_bps = system.network.cell_capacity_mbps * 1e6
     if capacity_bps / m > link.uplink_bps:
         return None  # each upload is capped by its own link, not by its share
-    return t_dl + compute.t_min_s + link.latency_s + m * 8 * payload / capacity_bps
+    return t_dl + compute.t_min_s + link.latency_s + m * 8 * up_bytes / capacity_bps
 
 
 def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) -> str:
@@ -234,6 +241,7 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
             + f" {b.wasted_bytes / on_air if on_air else 0:>11.1%}"
         )
     lines += _empty_round_lines(budgets)
+    lines += _compression_lines(budgets, name_width, model_bytes)
     lines += _radio_lines(budgets, name_width)
     lines += _energy_lines(budgets, name_width)
     lines += [
@@ -288,6 +296,27 @@ def _empty_round_lines(budgets: list[Budget]) -> list[str]:
             )
         lines.append(line + ".")
     return ["", *lines] if lines else []
+
+
+def _compression_lines(budgets: list[Budget], name_width: int, model_bytes: int) -> list[str]:
+    """Each codec's bytes per model message, beside the uncompressed size."""
+    coded = [b for b in budgets if b.message_bytes is not None]
+    if not coded:
+        return []
+    lines = ["", f"{'compression':>{name_width}}   up_bytes/msg  down_bytes/msg"]
+    for b in coded:
+        sizes = [b.message_bytes[d] for d in ("uplink", "downlink")]
+        lines.append(
+            f"{b.algorithm:>{name_width}} "
+            + " ".join(f"{size:>9,} ({model_bytes / size:>4.0f}x)" for size in sizes)
+        )
+    lines.append(
+        f"compression: the encoded bytes of one model-shaped message ({model_bytes:,} bytes "
+        "uncompressed), measured on a seeded standard-normal tensor of the model's shape "
+        "(exact for every codec whose size depends on the shape only; QSGD's Elias coding "
+        "varies with the update)."
+    )
+    return lines
 
 
 def _radio_lines(budgets: list[Budget], name_width: int) -> list[str]:

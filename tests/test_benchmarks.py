@@ -78,9 +78,12 @@ def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
         assert _positive(row["training_share_of_peak"])
         assert _positive(results["matmul_peak_gflops"][row["precision"]])
     else:
-        fedsim, naive, ditto, streaming, stacked = results["rows"]
+        fedsim, naive, ditto, streaming, stacked, feedback = results["rows"]
         assert fedsim["tensors_held"] == 11  # the global model and 10 personal ones
         assert all(_positive(r["rss_peak"]) and r["rss_peak"] >= r["rss_after_data"]
                    for r in results["rows"])  # fmt: skip
         assert ditto["tensors_held"] == 10  # every client trained its personal model
         assert streaming["tensors_held"] == stacked["tensors_held"] == 1  # the global model
+        # error feedback: each of the 10 clients keeps one float32 residual of the model
+        assert feedback["codec_state_bytes"] == 10 * streaming["parameter_bytes"]
+        assert results["error_feedback_state_over_client_models"] == 1.0
