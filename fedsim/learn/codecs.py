@@ -53,7 +53,6 @@ class Codec:
     """Encode a flat float32 vector to bytes and back."""
 
     name = "none"
-    biased = False
 
     def encode(self, x: torch.Tensor, context: Context) -> np.ndarray:
         raise NotImplementedError
@@ -162,7 +161,6 @@ class TopK(Codec):
     """Keep the k numbers of largest magnitude: their indices and values."""
 
     name = "topk"
-    biased = True
 
     def __init__(self, fraction: float | None, count: int | None) -> None:
         self.fraction, self.count = fraction, count
@@ -195,7 +193,6 @@ class RandK(TopK):
     def __init__(self, fraction: float | None, count: int | None, rescale: bool) -> None:
         super().__init__(fraction, count)
         self.rescale = rescale
-        self.biased = not rescale
 
     def _indices(self, seed: int, numel: int) -> torch.Tensor:
         generator = torch.Generator().manual_seed(seed)
@@ -219,7 +216,6 @@ class SignSGD(Codec):
     """One bit per number, sign(x) (0 counts as +); decodes to ±``server_lr``."""
 
     name = "signsgd"
-    biased = True
 
     def __init__(self, server_lr: float) -> None:
         self.server_lr = server_lr
@@ -236,7 +232,6 @@ class ScaledSign(Codec):
     """EF-signSGD's compressor: (‖x‖₁/d)·sign(x), a float32 scale and one bit per number."""
 
     name = "ef_signsgd"
-    biased = True
 
     def encode(self, x: torch.Tensor, context: Context) -> np.ndarray:
         scale = (x.abs().sum() / max(1, x.numel())).reshape(1).to(torch.float32)
@@ -252,7 +247,6 @@ class PowerSGD(Codec):
     """Rank-``rank`` factors of each matrix-shaped layer by one warm-started power iteration."""
 
     name = "powersgd"
-    biased = True
 
     def __init__(self, rank: int) -> None:
         self.rank = rank

@@ -100,6 +100,12 @@ class Compression:
         """Bytes of tensors sent as they are, at the scenario's precision."""
         return sum(t.numel() for t in tensors) * self._bits_per_param // 8
 
+    def encode_s(self, tensors: Sequence[torch.Tensor]) -> float:
+        """Seconds the sender's device spends encoding an uplink message (0: free)."""
+        if self.codecs["uplink"] is None or self.config is None:
+            return 0.0
+        return self.config.codec_s_per_mparam * sum(t.numel() for t in tensors) / 1e6
+
     def send(
         self,
         direction: str,
@@ -137,7 +143,8 @@ class Compression:
     ) -> tuple[int, torch.Tensor]:
         x = tensor.detach().to("cpu", torch.float32)
         if reference is not None:
-            x = x - reference.detach().to("cpu", torch.float32)
+            reference = reference.detach().to("cpu", torch.float32)
+            x = x - reference
         feedback = self.feedback if key[0] != SERVER else None
         if feedback is not None:
             x = feedback.corrected(key, x)
@@ -147,7 +154,7 @@ class Compression:
         if feedback is not None:
             feedback.keep(key, x, decoded)
         if reference is not None:
-            decoded = reference.detach().to("cpu", torch.float32) + decoded
+            decoded = reference + decoded
         return len(data), decoded.to(tensor.device, tensor.dtype)
 
     def _stand_in(self, direction: str, codec: Codec, shapes: list[torch.Size]) -> int:
@@ -163,7 +170,7 @@ class Compression:
         """Bytes of one message of a model of ``numel`` numbers in ``direction``."""
         codec = self.codecs[direction]
         if codec is None:
-            return self.raw_bytes([torch.empty(numel, device="meta")])
+            return numel * self._bits_per_param // 8
         return self._stand_in(direction, codec, self._layouts[numel])
 
     def forget(self, client: int) -> None:

@@ -329,18 +329,17 @@ class World:
         ``reference``: the model the client received, when the first tensor is its trained
         model: an uplink codec then compresses the update (the model minus the reference).
         """
-        started_s = self.env.now
-        task = self.tasks.timed.get(client)
         nbytes, received = self.compression.send("uplink", client, tensors, (reference,))
-        config = self.compression.config
-        if config is not None and config.codec_s_per_mparam and self.compression.active:
-            encode_s = config.codec_s_per_mparam * sum(t.numel() for t in tensors) / 1e6
+        encode_s = self.compression.encode_s(tensors)
+        if encode_s:
             yield self.env.timeout(encode_s)  # the client's device encodes before it sends
-            started_s = self.env.now
+            task = self.tasks.timed.get(client)
             if task is not None:
                 task.compute_s += encode_s
+        started_s = self.env.now
         _, air_s = yield from self.network.upload(client, nbytes)
         self._uploaded_bytes[client] = nbytes
+        task = self.tasks.timed.get(client)
         if task is not None:
             task.uplink_queue_s += self.env.now - started_s - air_s
             task.uplink_s += air_s
