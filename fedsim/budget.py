@@ -120,16 +120,22 @@ def budget_algorithm(
         retransmitted_bytes=log.retransmitted_bytes,
         participants_per_round=float(np.mean([r["participants"] for r in rows])) if rows else 0.0,
         closed_form_round_s=closed_form_round_s(scenario, algorithm, world),
-        message_bytes=(
-            {d: world.model_message_bytes(d) for d in ("uplink", "downlink")}
-            if world.compression.active
-            else None
-        ),
+        message_bytes=message_bytes(world),
         radio=rate_distribution(world.network.radio) if world.network.radio else None,
         energy_j=world.energy.meter.totals() if world.energy else None,
         empty_rounds=len(empty),
         empty_rounds_cut_at={where: sum(r[where] for r in empty) for where in CUT_AT},
     )
+
+
+def message_bytes(world: World) -> dict[str, int] | None:
+    """Bytes of one model message per direction as its codec encodes it (None: no codec);
+    a serverless algorithm's peer messages, a server's uplink and downlink."""
+    codecs = world.compression.codecs
+    if not world.compression.active:
+        return None
+    directions = ("peer",) if codecs["peer"] is not None else ("uplink", "downlink")
+    return {d: world.model_message_bytes(d) for d in directions}
 
 
 FEDAVG_PATTERN = ("fedavg", "fedprox", "fedavg_ft")  # one model down, one training, one model up
@@ -303,12 +309,18 @@ def _compression_lines(budgets: list[Budget], name_width: int, model_bytes: int)
     coded = [b for b in budgets if b.message_bytes is not None]
     if not coded:
         return []
-    lines = ["", f"{'compression':>{name_width}}   up_bytes/msg  down_bytes/msg"]
+    headers = {"uplink": "up_bytes/msg", "downlink": "down_bytes/msg", "peer": "peer_bytes/msg"}
+    directions = [d for d in headers if any(d in b.message_bytes for b in coded)]
+    title = f"{'compression':>{name_width}} "
+    lines = ["", title + " ".join(f"{headers[d]:>17}" for d in directions)]
     for b in coded:
-        sizes = [b.message_bytes[d] for d in ("uplink", "downlink")]
+        sizes = [b.message_bytes.get(d) for d in directions]
         lines.append(
             f"{b.algorithm:>{name_width}} "
-            + " ".join(f"{size:>9,} ({model_bytes / size:>4.0f}x)" for size in sizes)
+            + " ".join(
+                f"{'-':>17}" if size is None else f"{size:>9,} ({model_bytes / size:>4.0f}x)"
+                for size in sizes
+            )
         )
     lines.append(
         f"compression: the encoded bytes of one model-shaped message ({model_bytes:,} bytes "

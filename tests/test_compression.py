@@ -265,6 +265,11 @@ def test_error_feedback_residuals_leave_with_their_client():
     ],
 )  # fmt: skip
 def test_bad_compression_exits_2_naming_the_field(tmp_path, algorithm, message):
+    assert_refused(tmp_path, algorithm, message)
+
+
+def assert_refused(tmp_path, algorithm: dict, message: str) -> None:
+    """``fedsim validate`` of a scenario with this algorithm exits 2 with the message."""
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(tiny_scenario(tmp_path, algorithms=[algorithm])))
     result = subprocess.run(
@@ -273,3 +278,20 @@ def test_bad_compression_exits_2_naming_the_field(tmp_path, algorithm, message):
     assert result.returncode == 2
     assert message in result.stderr + result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_codec_time_runs_on_the_clients_clock_once_per_encode_and_decode(tmp_path):
+    """codec_s_per_mparam: each participant decodes the downlink model before it trains and
+    encodes its upload before it sends, both as compute time; nothing else moves."""
+    fp16 = {"codec": "cast", "dtype": "fp16"}
+    plain_world, _ = compressed_run(tmp_path / "a", {"uplink": fp16, "downlink": fp16})
+    timed_world, _ = compressed_run(
+        tmp_path / "b", {"uplink": fp16, "downlink": fp16, "codec_s_per_mparam": 10.0}
+    )
+    codec_s = 2 * 10.0 * MLP_PARAMS / 1e6  # decode one model, encode one update
+    plain, timed = plain_world.recorder.round_rows, timed_world.recorder.round_rows
+    assert len(plain) == len(timed) == 2
+    for before, after in zip(plain, timed, strict=True):
+        assert after["compute_s"] - before["compute_s"] == pytest.approx(codec_s)
+        assert after["downlink_s"] == pytest.approx(before["downlink_s"])
+        assert after["uplink_s"] == pytest.approx(before["uplink_s"])

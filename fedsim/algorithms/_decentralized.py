@@ -9,7 +9,7 @@ only because it has not arrived when it is needed.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping
 
 import numpy as np
 import simpy
@@ -25,7 +25,8 @@ MAX_HISTORY_FLOATS = 20_000_000  # 160 MB of float64 snapshots at most; sparser 
 class RoundMessages:
     """The peer messages of one round, addressed by (kind, sender, receiver).
 
-    A receiver waits on ``expect``; the event fires with the payload once the message is in.
+    A receiver waits on ``expect``; the event fires with the message's tensors, as the
+    receiver decodes them, once the message is in (one tensor: the tensor itself).
     Messages not delivered when the round closes are cancelled.
     """
 
@@ -41,17 +42,22 @@ class RoundMessages:
         return slots[sender]
 
     def send(
-        self, kind: str, sender: int, receiver: int, *tensors: torch.Tensor, payload: object = None
+        self, kind: str, sender: int, receiver: int, *tensors: torch.Tensor, own_model: bool = False
     ) -> simpy.Event:
-        """Start a message; returns the receiver's event (``expect``)."""
-        task = self.world.send_message(sender, receiver, *tensors, payload=payload)
+        """Start a message; returns the receiver's event (``expect``). ``own_model``: the
+        first tensor is the sender's current model (see ``World.send_message``)."""
+        task = self.world.send_message(sender, receiver, *tensors, own_model=own_model)
         self._tasks.append(task)
         slot = self.expect(kind, sender, receiver)
-        task.delivered.callbacks.append(lambda event: slot.succeed(event.value))
+
+        def arrived(event: simpy.Event) -> None:
+            slot.succeed(event.value[0] if len(event.value) == 1 else event.value)
+
+        task.delivered.callbacks.append(arrived)
         return slot
 
     def delivered(self, kind: str, receiver: int) -> dict[int, object]:
-        """sender -> payload of the messages of this kind that reached the receiver so far."""
+        """sender -> what the messages of this kind that reached the receiver so far carried."""
         slots = self._inbox.get((kind, receiver), {})
         return {sender: slot.value for sender, slot in slots.items() if slot.triggered}
 
@@ -63,13 +69,14 @@ class RoundMessages:
 
 
 def wait_for(
-    world: World, events: Sequence[simpy.Event], timeout_s: float | None
-) -> Generator[simpy.Event, object, list[object]]:
-    """Process body: wait for every event, or until ``timeout_s``; the values that came."""
+    world: World, events: Mapping[int, simpy.Event], timeout_s: float | None
+) -> Generator[simpy.Event, object, dict[int, object]]:
+    """Process body: wait for every event, or until ``timeout_s``; key -> the values that
+    came."""
     if events:
-        everything = world.env.all_of(events)
+        everything = world.env.all_of(list(events.values()))
         yield everything if timeout_s is None else everything | world.env.timeout(timeout_s)
-    return [event.value for event in events if event.processed]
+    return {key: event.value for key, event in events.items() if event.processed}
 
 
 def run_round(

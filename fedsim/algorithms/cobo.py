@@ -54,6 +54,11 @@ two mates' empirical losses have no common minimum, so at the midpoint of two mo
 their gradients conflict (the paper's Fig. 1, case B), whatever the batch size. The mixed
 schedule keeps what W found early by sampling fewer pairs later (Table 1's motivation).
 
+With a peer codec (``compression.peer``) each x_i goes out once per round as the difference
+to its public copy (CHOCO-SGD's rule, ``fedsim.world.compression``), and the partner's
+midpoint and penalty use the copy it holds; the midpoint gradients are compressed as they
+are. This is fedsim's extension: the paper sends models.
+
 The simplex-domain variant (the paper's LLM experiment) is not implemented. The weights are
 saved every 10 rounds in ``collaboration.npz``.
 """
@@ -163,21 +168,21 @@ def client_round(
     leads = [j for i, j in pairs if i == client]  # pairs where i computes the weight
     follows = [i for i, j in pairs if j == client]
     for j in leads:
-        messages.send("probe", client, j, x_i, payload=x_i)
+        messages.send("probe", client, j, x_i, own_model=True)
     held = {}  # models of this round's partners, received in the W-step
     # As the follower: answer each probe with x_i and ∇f_i(midpoint), then await the weight.
-    answers = [
-        world.start_task(
+    answers = {
+        i: world.start_task(
             client, answer_probe(world, config, state, client, i, x_i, messages), timed=False
-        )
+        ).delivered
         for i in follows
-    ]
-    replies = [messages.expect("reply", j, client) for j in leads]
+    }
+    replies = {j: messages.expect("reply", j, client) for j in leads}
     got = yield from wait_for(world, replies, timeout_s)
     if got:
         batch = weight_batch_size(world, config, client)
         yield from world.work(client, steps=len(got), samples=len(got) * batch)
-    for j, x_j, g_j in got:
+    for j, (x_j, g_j) in got.items():
         held[j] = x_j
         midpoint = (x_i + x_j) / 2
         if not world.timing_only:
@@ -186,17 +191,16 @@ def client_round(
                 np.clip(state.weights[client, j] + config.weight_lr * float(g_i @ g_j), 0, 1)
             )
         weight = torch.tensor([state.weights[client, j]], dtype=torch.float32)
-        messages.send("weight", client, j, weight, payload=float(weight))
-    answered = yield from wait_for(world, [a.delivered for a in answers], timeout_s)
-    held |= dict(answered)
+        messages.send("weight", client, j, weight)
+    held |= yield from wait_for(world, answers, timeout_s)
     # X-step: exchange models with every other collaborator, then the penalized step.
     present = world.client_ids
     collaborators = [k for k in present if k != client and state.weights[client, k] > 0]
     for k in collaborators:
         if k not in held and k in models:
-            messages.send("model", client, k, x_i, payload=(client, x_i))
-    wanted = [messages.expect("model", k, client) for k in collaborators if k not in held]
-    held |= dict((yield from wait_for(world, wanted, timeout_s)))
+            messages.send("model", client, k, x_i, own_model=True)
+    wanted = {k: messages.expect("model", k, client) for k in collaborators if k not in held}
+    held |= yield from wait_for(world, wanted, timeout_s)
     pulled_by = [k for k in collaborators if k in held]
     pull = sum(float(state.weights[client, k]) for k in pulled_by)
     center = None
@@ -224,9 +228,9 @@ def answer_probe(
     leader: int,
     x_i: torch.Tensor,
     messages: RoundMessages,
-) -> Generator[simpy.Event, object, tuple[int, torch.Tensor]]:
+) -> Generator[simpy.Event, object, torch.Tensor]:
     """The follower's part of a pair: x_i and ∇f_i(midpoint) to the leader, then adopt the
-    weight the leader computed (so both views agree)."""
+    weight the leader computed (so both views agree); returns the leader's model."""
     x_leader = yield messages.expect("probe", leader, client)
     yield from world.work(client, steps=1, samples=weight_batch_size(world, config, client))
     midpoint = (x_leader + x_i) / 2
@@ -235,9 +239,9 @@ def answer_probe(
         if world.timing_only
         else midpoint_gradient(world, config, client, midpoint, leader)
     )
-    messages.send("reply", client, leader, x_i, gradient, payload=(client, x_i, gradient))
-    state.weights[client, leader] = yield messages.expect("weight", leader, client)
-    return leader, x_leader
+    messages.send("reply", client, leader, x_i, gradient, own_model=True)
+    state.weights[client, leader] = float((yield messages.expect("weight", leader, client)))
+    return x_leader
 
 
 def weight_batch_size(world: World, config: CoboConfig, client: int) -> int:

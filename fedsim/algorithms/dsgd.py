@@ -15,6 +15,14 @@ client's own model, so the row still sums to 1; a client whose training did not 
 its model. Per round:
 one model-sized message per directed edge. The mixing matrix is saved as the collaboration
 weights (``collaboration.npz``).
+
+With a peer codec (``compression.peer``) this is CHOCO-SGD (Koloskova, Stich, Jaggi 2019,
+Algorithm 2): each client sends its trained model once, as the compressed difference to its
+public copy x̂_i (see ``fedsim.world.compression``), and gossips over the copies,
+
+    x_i ← x_i + γ Σ_j m_ij (x̂_j − x̂_i),   γ = ``consensus_step``,
+
+which with exact messages and γ = 1 is the averaging above.
 """
 
 from __future__ import annotations
@@ -62,12 +70,32 @@ def run(world: World, config: DsgdConfig) -> Generator[simpy.Event, object, None
             own = 1.0 - sum(weights.values())
             mixing[i, world.client_ids] = 0.0
             mixing[i, i], mixing[i, list(weights)] = own, list(weights.values())
-            if i in models:
+            if i not in models:
+                continue
+            if world.compression.codecs["peer"] is None:
                 models[i] = weighted_average(
                     [params, *(received[j] for j in weights)], [own, *weights.values()]
                 )
+            elif weights and not world.timing_only:
+                models[i] = choco_step(
+                    params, world.public_model(i, params), received, weights, config
+                )
+            else:
+                models[i] = params
         history.record(round_index, mixing)
         world.end_round(round_index, dict(models), participants=len(finished))
+
+
+def choco_step(
+    params: torch.Tensor,
+    own_copy: torch.Tensor,
+    copies: dict[int, torch.Tensor],
+    weights: dict[int, float],
+    config: DsgdConfig,
+) -> torch.Tensor:
+    """x_i + γ Σ_j m_ij (x̂_j − x̂_i) over the neighbours' public copies that arrived."""
+    pull = weighted_average([copies[j] for j in weights], list(weights.values()))
+    return params + config.consensus_step * sum(weights.values()) * (pull - own_copy)
 
 
 def gossip_round(
@@ -82,6 +110,6 @@ def gossip_round(
     trained[client] = result.params
     neighbours = world.peers_of(client)
     for j in neighbours:
-        messages.send("model", client, j, result.params, payload=result.params)
+        messages.send("model", client, j, result.params, own_model=True)
     yield world.env.all_of([messages.expect("model", j, client) for j in neighbours])
     return len(neighbours)

@@ -47,6 +47,11 @@ Choices where the paper is silent (spec §8), all parameters:
 - Cached peer models whose weight falls below ``ensemble_min_weight`` are forgotten, so
   memory stays bounded (the paper: dissimilar clients' weights go to ≈ 0).
 
+With a peer codec (``compression.peer``) an owner sends φ_b as the difference to its public
+copy (CHOCO-SGD's rule, ``fedsim.world.compression``; a requester that missed a difference
+gets the whole copy) and the requester evaluates and differentiates the copy it holds; the
+gradients are compressed as they are. This is fedsim's extension: the paper sends models.
+
 The weights w (K × K, all clients ever) are saved every 10 rounds in ``collaboration.npz``.
 """
 
@@ -186,13 +191,11 @@ def sampler_round(
 ) -> Generator[simpy.Event, object, int]:
     """Client i's part of a round: ask for models, E-step, M-step, send the gradients back."""
     request = torch.zeros(1)
-    replies = []
-    for b in neighbours:
-        replies.append(ask_for_model(world, messages, client, b, models, request))
+    replies = {b: ask_for_model(world, messages, client, b, models, request) for b in neighbours}
     timeout_s = config.model_timeout_s
     if timeout_s is None and config.deadline_s is not None:
         timeout_s = config.deadline_s / 2
-    arrived: dict[int, torch.Tensor] = dict((yield from wait_for(world, replies, timeout_s)))
+    arrived: dict[int, torch.Tensor] = yield from wait_for(world, replies, timeout_s)
     evaluated = ({client: models[client]} if config.include_self else {}) | arrived
     shard = world.clients[client].shard
     batch = world.trainer.batch_size
@@ -206,7 +209,7 @@ def sampler_round(
     state.cache[client] |= arrived
     gradients = e_and_m_steps(world, config, state, client, evaluated)
     sends = [
-        messages.send("gradient", client, b, gradient, payload=gradient)
+        messages.send("gradient", client, b, gradient)
         for b, gradient in gradients.items()
         if b != client
     ]
@@ -227,12 +230,12 @@ def ask_for_model(
     models: dict[int, torch.Tensor],
     request: torch.Tensor,
 ) -> simpy.Event:
-    """Request φ_peer; the returned event fires with (peer, φ_peer) when the model is in."""
+    """Request φ_peer; the returned event fires with φ_peer when the model is in."""
     reply = world.env.event()
 
     def answer(_: simpy.Event) -> None:
         if peer in models:
-            sent = messages.send("model", peer, client, models[peer], payload=(peer, models[peer]))
+            sent = messages.send("model", peer, client, models[peer], own_model=True)
             sent.callbacks.append(lambda e: reply.succeed(e.value))
 
     messages.send("request", client, peer, request).callbacks.append(answer)

@@ -30,6 +30,12 @@ from fedsim.config.base import (
 )
 from fedsim.config.compression import CompressionConfig
 
+NOTHING_TO_SEND = {
+    "uplink": "sends nothing on the uplink",
+    "downlink": "sends nothing on the downlink",
+    "peer": "sends no peer messages (peer codecs are for the serverless algorithms)",
+}
+
 
 class _AlgorithmBase(_Strict):
     label: Annotated[str, AfterValidator(_label_name)] | None = Field(
@@ -44,9 +50,9 @@ class _AlgorithmBase(_Strict):
 
     @model_validator(mode="after")
     def _compressible(self) -> _AlgorithmBase:
-        for direction in ("uplink", "downlink"):
+        for direction in ("uplink", "downlink", "peer"):
             if self.compression is not None and getattr(self.compression, direction):
-                why = self.compressible.get(direction, f"sends nothing on the {direction}")
+                why = self.compressible.get(direction, NOTHING_TO_SEND[direction])
                 if why is not None:
                     raise ValueError(f"compression.{direction}: {self.name} {why}")  # type: ignore[attr-defined]
         return self
@@ -340,8 +346,9 @@ class DecentralizedConfig(_AlgorithmBase):
     """No server: clients talk over D2D links (or via the base station) in lock-step rounds."""
 
     compressible: ClassVar[dict[str, str | None]] = {
-        "uplink": "sends peer messages; codecs apply to uploads to a server",
-        "downlink": "has no server to send models down",
+        "uplink": "has no server: compression.peer compresses its peer messages",
+        "downlink": "has no server: compression.peer compresses its peer messages",
+        "peer": None,
     }
 
     deadline_s: Seconds | None = Field(
@@ -417,10 +424,40 @@ class CoboConfig(DecentralizedConfig):
     )
 
 
+CHOCO_CONSENSUS_STEP = 0.1  # D-SGD's γ under a peer codec unless the scenario sets one
+
+
 class DsgdConfig(DecentralizedConfig):
     """Decentralized SGD: local training, then gossip averaging with the D2D neighbours."""
 
     name: Literal["dsgd"]
+    consensus_step: Annotated[float, Field(gt=0, le=1), NO_BOOL] | None = Field(
+        default=None,
+        description="γ of CHOCO-SGD under compression.peer: x_i += γ Σ_j w_ij (x̂_j − x̂_i) "
+        "over the public copies; null: 0.1 (the paper tunes it per codec and graph; 0.1 was "
+        "stable for QSGD s = 4 and top-k 1-10% in peer_compression.yaml, where 1 diverged). "
+        "Without a peer codec D-SGD averages the models it receives (γ = 1)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_consensus_step(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("consensus_step") is None:
+            compression = data.get("compression")
+            peer = compression.get("peer") if isinstance(compression, dict) else None
+            if peer is not None or getattr(compression, "peer", None) is not None:
+                data = data | {"consensus_step": CHOCO_CONSENSUS_STEP}
+        return data
+
+    @model_validator(mode="after")
+    def _consensus_step_needs_a_peer_codec(self) -> DsgdConfig:
+        coded = self.compression is not None and self.compression.peer is not None
+        if self.consensus_step is not None and not coded:
+            raise ValueError(
+                "consensus_step: acts only on the public copies of compression.peer; without "
+                "a peer codec D-SGD averages the models it receives"
+            )
+        return self
 
 
 ALGORITHMS = (

@@ -109,14 +109,18 @@ CODEC_NAMES = tuple(tag_of(model, "codec") for model in CODECS)
 class CompressionConfig(_Strict):
     """The codec of each direction; a direction without one sends at the scenario's
     ``precision_bits``. What a codec compresses: a client's update (its model minus the
-    model it received) on the uplink, the model itself on the downlink."""
+    model it received) on the uplink, the model itself on the downlink, and between peers
+    a sender's model as the difference to its public copy (CHOCO-SGD), a gradient as it is."""
 
     uplink: CodecConfig | None = None
     downlink: CodecConfig | None = None
+    peer: CodecConfig | None = Field(
+        default=None, description="peer messages of the serverless algorithms (D2D or relayed)"
+    )
     codec_s_per_mparam: Annotated[float, Field(ge=0, le=3600), NO_BOOL] = Field(
         default=0.0,
-        description="seconds of the client's device to encode an uplink message, per million "
-        "numbers (0: free, as most papers assume)",
+        description="seconds of a client's device to encode or decode a message, per million "
+        "coded numbers (0: free, as most papers assume; the server's are free)",
     )
 
     @model_validator(mode="after")
@@ -130,5 +134,10 @@ class CompressionConfig(_Strict):
             raise ValueError(
                 "downlink: signsgd's server votes on the signs of the updates against its own "
                 "model, which the clients must receive as it is (no downlink codec)"
+            )
+        if self.peer is not None and self.peer.codec == "signsgd":
+            raise ValueError(
+                "peer.codec: signsgd is defined with a server's majority vote; between peers "
+                "use ef_signsgd (signs scaled by the mean magnitude)"
             )
         return self

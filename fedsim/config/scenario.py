@@ -350,9 +350,14 @@ class Scenario(_Strict):
         data = self.model_dump(mode="json")
         if algorithms is not None:
             data["algorithms"] = [a.model_dump(mode="json") for a in algorithms]
-        for algorithm in data["algorithms"]:  # no codec: the file (and its hash) as before
-            if algorithm.get("compression") is None:
+        for algorithm in data["algorithms"]:  # options of codecs not used: the file as before
+            compression = algorithm.get("compression")
+            if compression is None:
                 algorithm.pop("compression", None)
+            elif compression.get("peer") is None:
+                compression.pop("peer", None)
+            if algorithm.get("consensus_step", 0) is None:  # D-SGD without a peer codec
+                algorithm.pop("consensus_step")
         return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -60,6 +60,11 @@ class Codec:
     def decode(self, data: np.ndarray, numel: int, context: Context) -> torch.Tensor:
         raise NotImplementedError
 
+    def variance_factor(self, numel: int) -> float:
+        """ω of an unbiased codec, E‖D(C(x)) − x‖² ≤ ω‖x‖² (0: a biased, contractive one).
+        D(C(x))/(1 + ω) is then contractive, as CHOCO-SGD's public copies need."""
+        return 0.0
+
 
 class Cast(Codec):
     """fp16 / bf16 (rounded to nearest), or int8 with a symmetric scale per layer."""
@@ -129,6 +134,10 @@ class QSGD(Codec):
         levels = torch.floor(scaled + uniform).clamp_(max=self.levels).to(torch.int64)
         return norms, levels.reshape(-1)[:numel], (padded < 0)[:numel]
 
+    def variance_factor(self, numel: int) -> float:
+        width = min(numel, self.bucket_size or numel)  # the paper's bound, per bucket
+        return min(width / self.levels**2, math.sqrt(width) / self.levels)
+
     def encode(self, x: torch.Tensor, context: Context) -> np.ndarray:
         norms, levels, negative = self.quantize(x, context.generator)
         levels, negative = levels.numpy(), negative.numpy()
@@ -193,6 +202,9 @@ class RandK(TopK):
     def __init__(self, fraction: float | None, count: int | None, rescale: bool) -> None:
         super().__init__(fraction, count)
         self.rescale = rescale
+
+    def variance_factor(self, numel: int) -> float:
+        return numel / self.kept(numel) - 1 if self.rescale else 0.0
 
     def _indices(self, seed: int, numel: int) -> torch.Tensor:
         generator = torch.Generator().manual_seed(seed)
@@ -295,26 +307,32 @@ class PowerSGD(Codec):
         return torch.cat(out)
 
 
+def involves(key: tuple[int, ...], client: int) -> bool:
+    """Whether a sender's state key, (sender, tensor[, receiver]), names the client."""
+    return key[0] == client or key[2:] == (client,)
+
+
 class ErrorFeedback:
     """The sender's residual e (Seide et al. 2014; Karimireddy et al. 2019): it sends
     C(x + e) and keeps e ← x + e − D(C(x + e)), what the codec left out so far.
 
-    One flat float32 vector per key (sender, tensor of its message), made at the key's
-    first message (a newcomer starts at zero) and dropped when the sender leaves (``forget``).
+    One flat float32 vector per key (sender, tensor of its message[, receiver]), made at the
+    key's first message (a newcomer starts at zero) and dropped when a client it names leaves
+    (``forget``).
     """
 
     def __init__(self) -> None:
-        self.residuals: dict[tuple[int, int], torch.Tensor] = {}
+        self.residuals: dict[tuple[int, ...], torch.Tensor] = {}
 
-    def corrected(self, key: tuple[int, int], x: torch.Tensor) -> torch.Tensor:
+    def corrected(self, key: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
         residual = self.residuals.get(key)
         return x if residual is None else x + residual
 
-    def keep(self, key: tuple[int, int], corrected: torch.Tensor, decoded: torch.Tensor) -> None:
+    def keep(self, key: tuple[int, ...], corrected: torch.Tensor, decoded: torch.Tensor) -> None:
         self.residuals[key] = corrected - decoded
 
-    def forget(self, sender: int) -> None:
-        for key in [k for k in self.residuals if k[0] == sender]:
+    def forget(self, client: int) -> None:
+        for key in [k for k in self.residuals if involves(k, client)]:
             del self.residuals[key]
 
     def nbytes(self) -> int:

@@ -9,16 +9,31 @@ The receiver gets what the decoder produced. On the uplink the codec compresses 
 reference back; without a reference (an update already, or the downlink's models) it
 compresses the tensor itself.
 
+Peer messages (``peer``) carry a sender's model the way CHOCO-SGD does (Koloskova, Stich,
+Jaggi, ICML 2019): every sender has a *public copy* x̂ of its model, which its neighbours
+hold too (zero at first). A new model x goes out, once for all its receivers, as
+q = C(x − x̂), and both ends set x̂ ← x̂ + q; the receiver uses x̂. The compression error
+stays with the sender in x − x̂ and goes out with a later difference, so the copy needs no
+residual of its own. The rule needs a contractive codec, E‖x − x̂_new‖² < ‖x − x̂‖²: an
+unbiased one with variance factor ω (QSGD, rescaled rand-k) is applied as C(·)/(1 + ω), as
+in the paper's examples of compression operators; unscaled, the copy of a QSGD s = 4
+sender drifts away geometrically (ω ≈ 5.7 for buckets of 512). A receiver that missed one
+of the sender's differences (a lost message, a peer it never heard from) cannot apply the
+next: it gets the whole copy x̂ at the scenario's precision instead (its bytes count), which
+puts it back in step. Other model-sized tensors of a peer message (a gradient) are
+compressed as they are, with a residual per (sender, receiver) under ``error_feedback``.
+
 Error feedback keeps one flat float32 residual per (sender, tensor of the message), made at
-its first message and dropped when the client leaves; PowerSGD's warm start likewise. A
-timing-only run (meta tensors) counts each codec's bytes on a seeded standard-normal tensor
-of the model's shape, once per shape: exact for every codec whose size depends only on the
-shape, a typical figure for QSGD's Elias coding.
+its first message and dropped when the client leaves; PowerSGD's warm start and the public
+copies likewise. A timing-only run (meta tensors) counts each codec's bytes on a seeded
+standard-normal tensor of the model's shape, once per shape: exact for every codec whose
+size depends only on the shape, a typical figure for QSGD's Elias coding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -34,10 +49,11 @@ from fedsim.learn.codecs import (
     ScaledSign,
     SignSGD,
     TopK,
+    involves,
 )
 
 SERVER = -1  # the sender of the downlink's messages
-DIRECTIONS = ("uplink", "downlink")
+DIRECTIONS = ("uplink", "downlink", "peer")
 
 
 def make_codec(config: CodecConfig) -> Codec:
@@ -60,6 +76,27 @@ def make_codec(config: CodecConfig) -> Codec:
     raise ValueError(f"unknown codec {config.codec!r}")
 
 
+@dataclass
+class PublicCopy:
+    """x̂, a sender's model as its neighbours hold it, and the difference last sent."""
+
+    value: torch.Tensor  # flat float32 (meta in a timing-only run)
+    version: int = 0  # how many differences have gone out
+    model: torch.Tensor | None = None  # the model behind the last difference
+    delta_bytes: int = 0
+
+
+@dataclass
+class PeerMessage:
+    """One encoded peer message: its bytes, the tensors the receiver decodes, how many
+    numbers were newly encoded for it, and the public copy's version it brings."""
+
+    nbytes: int
+    received: tuple[torch.Tensor, ...]
+    encoded_numel: int = 0
+    version: int | None = None
+
+
 class Compression:
     """Encodes the messages of one run; ``send`` returns (bytes on the air, what arrives)."""
 
@@ -73,18 +110,20 @@ class Compression:
         self.config = config
         self._bits_per_param = bits_per_param
         self.codecs: dict[str, Codec | None] = dict.fromkeys(DIRECTIONS)
-        self.feedback: ErrorFeedback | None = None
+        self.feedback: dict[str, ErrorFeedback] = {}
         if config is not None:
             for direction in DIRECTIONS:
                 options = getattr(config, direction)
                 if options is not None:
                     self.codecs[direction] = make_codec(options)
-            if config.uplink is not None and config.uplink.error_feedback:
-                self.feedback = ErrorFeedback()
+                    if options.error_feedback:
+                        self.feedback[direction] = ErrorFeedback()
         self._layouts = {sum(s.numel() for s in shapes): list(shapes) for shapes in layouts}
         self._generator = torch.Generator().manual_seed(seed)
-        self._states: dict[tuple[int, int], dict] = {}
+        self._states: dict[tuple[int, ...], dict] = {}
         self._stand_in_bytes: dict[tuple[str, int], int] = {}
+        self._public: dict[int, PublicCopy] = {}
+        self._known: dict[tuple[int, int], int] = {}  # (sender, receiver) -> version held
 
     @property
     def active(self) -> bool:
@@ -100,11 +139,15 @@ class Compression:
         """Bytes of tensors sent as they are, at the scenario's precision."""
         return sum(t.numel() for t in tensors) * self._bits_per_param // 8
 
-    def encode_s(self, tensors: Sequence[torch.Tensor]) -> float:
-        """Seconds the sender's device spends encoding an uplink message (0: free)."""
-        if self.codecs["uplink"] is None or self.config is None:
+    def codec_s(self, numel: int, direction: str = "uplink") -> float:
+        """Seconds a device spends encoding or decoding ``numel`` numbers (0: free)."""
+        if self.codecs[direction] is None or self.config is None:
             return 0.0
-        return self.config.codec_s_per_mparam * sum(t.numel() for t in tensors) / 1e6
+        return self.config.codec_s_per_mparam * numel / 1e6
+
+    def coded_numel(self, tensors: Sequence[torch.Tensor]) -> int:
+        """How many numbers of a message a codec encodes (those of model-sized tensors)."""
+        return sum(t.numel() for t in tensors if t.numel() in self._layouts)
 
     def send(
         self,
@@ -120,32 +163,100 @@ class Compression:
         references = list(references) + [None] * (len(tensors) - len(references))
         nbytes, received = 0, []
         for position, (tensor, reference) in enumerate(zip(tensors, references, strict=True)):
-            shapes = self._layouts.get(tensor.numel())
-            if shapes is None:  # not a model: sent as it is
-                nbytes += self.raw_bytes([tensor])
-                received.append(tensor)
-            elif tensor.is_meta:
-                nbytes += self._stand_in(direction, codec, shapes)
-                received.append(tensor)
-            else:
-                size, decoded = self._encode(codec, (sender, position), tensor, reference, shapes)
-                nbytes += size
-                received.append(decoded)
+            size, decoded = self._tensor(direction, (sender, position), tensor, reference)
+            nbytes += size
+            received.append(decoded)
         return nbytes, tuple(received)
+
+    def send_peer(
+        self, sender: int, receiver: int, tensors: Sequence[torch.Tensor], own_model: bool
+    ) -> PeerMessage:
+        """One peer message; ``own_model``: the first tensor is the sender's current model,
+        which goes out against its public copy."""
+        codec = self.codecs["peer"]
+        if codec is None:
+            return PeerMessage(self.raw_bytes(tensors), tuple(tensors))
+        message = PeerMessage(0, ())
+        if own_model and tensors[0].numel() in self._layouts:
+            message = self._public_copy(codec, sender, receiver, tensors[0])
+            tensors = tensors[1:]
+        received = list(message.received)
+        for position, tensor in enumerate(tensors, start=len(received)):
+            size, decoded = self._tensor("peer", (sender, position, receiver), tensor, None)
+            message.nbytes += size
+            message.encoded_numel += tensor.numel() if tensor.numel() in self._layouts else 0
+            received.append(decoded)
+        message.received = tuple(received)
+        return message
+
+    def _public_copy(
+        self, codec: Codec, sender: int, receiver: int, model: torch.Tensor
+    ) -> PeerMessage:
+        """The sender's model as its public copy: a new difference if the model is new, and
+        the whole copy for a receiver that is not one difference behind."""
+        copy = self._public.get(sender)
+        if copy is None:
+            zeros = torch.zeros(model.numel(), device="meta" if model.is_meta else "cpu")
+            copy = self._public[sender] = PublicCopy(zeros)
+        fresh = copy.model is not model
+        if fresh:
+            shapes = self._layouts[model.numel()]
+            if model.is_meta:
+                copy.delta_bytes, copy.value = self._stand_in("peer", codec, shapes), model
+            else:
+                x = model.detach().to("cpu", torch.float32) - copy.value
+                context = Context(shapes, self._generator, self._states.setdefault((sender,), {}))
+                data = codec.encode(x, context)
+                copy.delta_bytes = len(data)
+                shrink = 1 + codec.variance_factor(x.numel())  # unbiased codecs: C(x)/(1 + ω)
+                copy.value = copy.value + codec.decode(data, x.numel(), context) / shrink
+            copy.version += 1
+            copy.model = model
+        in_step = self._known.get((sender, receiver), 0) >= copy.version - 1
+        nbytes = copy.delta_bytes if in_step else self.raw_bytes([model])
+        decoded = copy.value if model.is_meta else copy.value.to(model.device, model.dtype)
+        return PeerMessage(nbytes, (decoded,), model.numel() if fresh else 0, copy.version)
+
+    def delivered(self, sender: int, receiver: int, version: int | None) -> None:
+        """A peer message reached its receiver, which now holds that version of the copy."""
+        if version is not None:
+            self._known[sender, receiver] = version
+
+    def public_model(self, sender: int) -> torch.Tensor | None:
+        """x̂: the sender's model as its neighbours hold it (None before its first one)."""
+        copy = self._public.get(sender)
+        return None if copy is None else copy.value
+
+    def _tensor(
+        self,
+        direction: str,
+        key: tuple[int, ...],
+        tensor: torch.Tensor,
+        reference: torch.Tensor | None,
+    ) -> tuple[int, torch.Tensor]:
+        """One tensor of a message: (its bytes, as decoded)."""
+        codec = self.codecs[direction]
+        shapes = self._layouts.get(tensor.numel())
+        if codec is None or shapes is None:  # not a model: sent as it is
+            return self.raw_bytes([tensor]), tensor
+        if tensor.is_meta:
+            return self._stand_in(direction, codec, shapes), tensor
+        feedback = self.feedback.get(direction) if key[0] != SERVER else None
+        return self._encode(codec, key, tensor, reference, shapes, feedback)
 
     def _encode(
         self,
         codec: Codec,
-        key: tuple[int, int],
+        key: tuple[int, ...],
         tensor: torch.Tensor,
         reference: torch.Tensor | None,
         shapes: list[torch.Size],
+        feedback: ErrorFeedback | None,
     ) -> tuple[int, torch.Tensor]:
         x = tensor.detach().to("cpu", torch.float32)
         if reference is not None:
             reference = reference.detach().to("cpu", torch.float32)
             x = x - reference
-        feedback = self.feedback if key[0] != SERVER else None
         if feedback is not None:
             x = feedback.corrected(key, x)
         context = Context(shapes, self._generator, self._states.setdefault(key, {}))
@@ -174,11 +285,15 @@ class Compression:
         return self._stand_in(direction, codec, self._layouts[numel])
 
     def forget(self, client: int) -> None:
-        """A client left for good: its residuals and codec state go with it."""
-        if self.feedback is not None:
-            self.feedback.forget(client)
-        for key in [k for k in self._states if k[0] == client]:
+        """A client left for good: its residuals, codec state and public copy go with it,
+        and so do what its peers kept for it."""
+        for feedback in self.feedback.values():
+            feedback.forget(client)
+        for key in [k for k in self._states if involves(k, client)]:
             del self._states[key]
+        self._public.pop(client, None)
+        for key in [k for k in self._known if client in k]:
+            del self._known[key]
 
     def state_bytes(self) -> int:
         """Memory of the residuals and codec states kept for the senders."""
@@ -189,4 +304,5 @@ class Compression:
             for q in factors
             if q is not None
         )
-        return states + (self.feedback.nbytes() if self.feedback is not None else 0)
+        copies = sum(c.value.numel() * c.value.element_size() for c in self._public.values())
+        return states + copies + sum(f.nbytes() for f in self.feedback.values())

@@ -156,6 +156,7 @@ class World:
             self.streams.integer_seed("compression"),
         )
         self._uploaded_bytes: dict[int, int] = {}  # each client's last upload, as encoded
+        self._to_decode: dict[int, float] = {}  # seconds to decode a received model, by client
         self._trainings_done = [0] * num_clients
         self.trainings = TrainingQueue()
         self.sampling_rng = self.streams.generator("sampling")
@@ -204,6 +205,7 @@ class World:
     def _left(self, client: int) -> None:
         """A client left for good: what the codecs kept for it goes, then the algorithm's say."""
         self.compression.forget(client)
+        self._to_decode.pop(client, None)
         self._uploaded_bytes.pop(client, None)
         if self.on_leave:
             self.on_leave(client)
@@ -308,17 +310,30 @@ class World:
         """
         nbytes, received = self.compression.send("downlink", SERVER, tensors)
         arrivals = self.network.send_down(clients, nbytes)
+        decode_s = self.compression.codec_s(self.compression.coded_numel(tensors), "downlink")
         for client, arrival in arrivals.items():
-            arrival.callbacks.append(partial(self._note_downlink, client))
+            arrival.callbacks.append(partial(self._note_downlink, client, decode_s))
         return Downlink(arrivals, received)
 
-    def _note_downlink(self, client: int, arrival: simpy.Event) -> None:
-        """Charge a model that reached the client before it computes to its timed task."""
+    def _note_downlink(self, client: int, decode_s: float, arrival: simpy.Event) -> None:
+        """Charge a model that reached the client before it computes to its timed task; its
+        device decodes it (``decode_s``) before its next training."""
+        if arrival.ok and decode_s:
+            self._to_decode[client] = decode_s
         task = self.tasks.timed.get(client)
         if arrival.ok and task is not None and task.compute_started_s is None:
             queued_s, air_s = arrival.value
             task.downlink_queue_s += queued_s
             task.downlink_s += air_s
+
+    def _codec_work(self, client: int, seconds: float) -> Generator[simpy.Event, None, None]:
+        """Process body: the client's device encodes or decodes for ``seconds`` (compute time
+        of its timed task)."""
+        if seconds:
+            yield self.env.timeout(seconds)
+            task = self.tasks.timed.get(client)
+            if task is not None:
+                task.compute_s += seconds
 
     def upload(
         self, client: int, *tensors: torch.Tensor, reference: torch.Tensor | None = None
@@ -330,12 +345,9 @@ class World:
         model: an uplink codec then compresses the update (the model minus the reference).
         """
         nbytes, received = self.compression.send("uplink", client, tensors, (reference,))
-        encode_s = self.compression.encode_s(tensors)
-        if encode_s:
-            yield self.env.timeout(encode_s)  # the client's device encodes before it sends
-            task = self.tasks.timed.get(client)
-            if task is not None:
-                task.compute_s += encode_s
+        yield from self._codec_work(
+            client, self.compression.codec_s(sum(t.numel() for t in tensors))
+        )
         started_s = self.env.now
         _, air_s = yield from self.network.upload(client, nbytes)
         self._uploaded_bytes[client] = nbytes
@@ -345,31 +357,38 @@ class World:
             task.uplink_s += air_s
         return received
 
-    def send_peer(
-        self, sender: int, receiver: int, *tensors: torch.Tensor
-    ) -> Generator[simpy.Event, None, simpy.Event]:
-        """Process body: sender transmits to a peer (D2D edge, or relayed by the base station).
-
-        Returns the receiver's delivery event (it never fires if the receiver is offline).
-        """
-        return (yield from self.network.send_peer(sender, receiver, self.payload_bytes(*tensors)))
-
     def send_message(
-        self, sender: int, receiver: int, *tensors: torch.Tensor, payload: object = None
+        self, sender: int, receiver: int, *tensors: torch.Tensor, own_model: bool = False
     ) -> Task:
-        """Start a peer message as the sender's task; ``delivered`` fires with ``payload``
-        when the receiver has it.
+        """Start a peer message (a D2D edge, or relayed by the base station) as the sender's
+        task; ``delivered`` fires with the tensors as the receiver decodes them (the same,
+        without a peer codec). ``own_model``: the first tensor is the sender's current
+        model, which a peer codec sends against the sender's public copy.
 
         It never fires if the sender goes offline mid-transfer (its bytes are wasted) or the
         receiver is offline when it arrives; like a server, a peer notices only by a deadline.
         """
+        message = self.compression.send_peer(sender, receiver, tensors, own_model)
 
-        def body() -> Generator[simpy.Event, None, object]:
-            received = yield from self.send_peer(sender, receiver, *tensors)
+        def body() -> Generator[simpy.Event, None, tuple[torch.Tensor, ...]]:
+            encode_s = self.compression.codec_s(message.encoded_numel, "peer")
+            if encode_s:
+                yield self.env.timeout(encode_s)  # the sender's device encodes first
+            received = yield from self.network.send_peer(sender, receiver, message.nbytes)
             yield received  # relayed: the base station forwards it after the upload
-            return payload
+            decode_s = self.compression.codec_s(self.compression.coded_numel(tensors), "peer")
+            if decode_s:
+                yield self.env.timeout(decode_s)  # the receiver decodes before it uses it
+            self.compression.delivered(sender, receiver, message.version)
+            return message.received
 
         return self.start_task(sender, body(), timed=False)
+
+    def public_model(self, client: int, like: torch.Tensor) -> torch.Tensor:
+        """x̂: the client's model as its peers hold it under a peer codec (zeros, like
+        ``like``, before its first message)."""
+        copy = self.compression.public_model(client)
+        return torch.zeros_like(like) if copy is None else copy.to(like.device, like.dtype)
 
     def peers_of(self, client: int) -> list[int]:
         """The client's present D2D neighbours (the graph of ``system.d2d``), ascending."""
@@ -444,6 +463,7 @@ class World:
         n = shard.num_train if train_indices is None else len(train_indices)
         steps = trainer.num_steps(n, epochs=epochs, steps=steps)
         samples = trainer.samples_processed(n, steps)
+        yield from self._codec_work(client, self._to_decode.pop(client, 0.0))
         if self.timing_only:  # no data is touched: a timing-only client may have none
             yield from self.work(client, steps, samples)
             return TrainResult(params, math.nan, steps, samples)
