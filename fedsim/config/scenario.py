@@ -356,8 +356,8 @@ class Scenario(_Strict):
                 algorithm.pop("compression", None)
             elif compression.get("peer") is None:
                 compression.pop("peer", None)
-            if algorithm.get("consensus_step", 0) is None:  # D-SGD without a peer codec
-                algorithm.pop("consensus_step")
+            if "consensus_step" in algorithm and algorithm["consensus_step"] is None:
+                del algorithm["consensus_step"]  # D-SGD without a peer codec
         return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -32,6 +32,7 @@ size depends only on the shape, a typical figure for QSGD's Elias coding.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -82,7 +83,7 @@ class PublicCopy:
 
     value: torch.Tensor  # flat float32 (meta in a timing-only run)
     version: int = 0  # how many differences have gone out
-    model: torch.Tensor | None = None  # the model behind the last difference
+    model: weakref.ref | None = None  # the model behind the last difference (not kept alive)
     delta_bytes: int = 0
 
 
@@ -184,9 +185,9 @@ class Compression:
         for position, tensor in enumerate(tensors, start=len(received)):
             size, decoded = self._tensor("peer", (sender, position, receiver), tensor, None)
             message.nbytes += size
-            message.encoded_numel += tensor.numel() if tensor.numel() in self._layouts else 0
             received.append(decoded)
         message.received = tuple(received)
+        message.encoded_numel += self.coded_numel(tensors)
         return message
 
     def _public_copy(
@@ -198,20 +199,18 @@ class Compression:
         if copy is None:
             zeros = torch.zeros(model.numel(), device="meta" if model.is_meta else "cpu")
             copy = self._public[sender] = PublicCopy(zeros)
-        fresh = copy.model is not model
+        fresh = copy.model is None or copy.model() is not model
         if fresh:
             shapes = self._layouts[model.numel()]
             if model.is_meta:
                 copy.delta_bytes, copy.value = self._stand_in("peer", codec, shapes), model
             else:
                 x = model.detach().to("cpu", torch.float32) - copy.value
-                context = Context(shapes, self._generator, self._states.setdefault((sender,), {}))
-                data = codec.encode(x, context)
-                copy.delta_bytes = len(data)
+                copy.delta_bytes, q = self._roundtrip(codec, (sender,), x, shapes)
                 shrink = 1 + codec.variance_factor(x.numel())  # unbiased codecs: C(x)/(1 + ω)
-                copy.value = copy.value + codec.decode(data, x.numel(), context) / shrink
+                copy.value = copy.value + q / shrink
             copy.version += 1
-            copy.model = model
+            copy.model = weakref.ref(model)
         in_step = self._known.get((sender, receiver), 0) >= copy.version - 1
         nbytes = copy.delta_bytes if in_step else self.raw_bytes([model])
         decoded = copy.value if model.is_meta else copy.value.to(model.device, model.dtype)
@@ -259,14 +258,20 @@ class Compression:
             x = x - reference
         if feedback is not None:
             x = feedback.corrected(key, x)
-        context = Context(shapes, self._generator, self._states.setdefault(key, {}))
-        data = codec.encode(x, context)
-        decoded = codec.decode(data, x.numel(), context)
+        size, decoded = self._roundtrip(codec, key, x, shapes)
         if feedback is not None:
             feedback.keep(key, x, decoded)
         if reference is not None:
             decoded = reference + decoded
-        return len(data), decoded.to(tensor.device, tensor.dtype)
+        return size, decoded.to(tensor.device, tensor.dtype)
+
+    def _roundtrip(
+        self, codec: Codec, key: tuple[int, ...], x: torch.Tensor, shapes: list[torch.Size]
+    ) -> tuple[int, torch.Tensor]:
+        """Encode x with the key's codec state: (its bytes, what the receiver decodes)."""
+        context = Context(shapes, self._generator, self._states.setdefault(key, {}))
+        data = codec.encode(x, context)
+        return len(data), codec.decode(data, x.numel(), context)
 
     def _stand_in(self, direction: str, codec: Codec, shapes: list[torch.Size]) -> int:
         numel = sum(s.numel() for s in shapes)
