@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from analysis import style
+from analysis.aircomp import AIRCOMP_PLOT, over_the_air, plot_aircomp
 from analysis.asynchrony import ASYNC_PLOT, plot_async
 from analysis.churn import ACTIVE_CLIENTS_PLOT, plot_active_clients
 from analysis.energy import (
@@ -38,7 +39,8 @@ def plot_runs(
 ) -> list[Path]:
     """Write the comparison figures of ``runs`` into ``out_dir``; without an explicit target,
     use the one recorded in the runs' summaries if they agree. With a target and at least two
-    run labels swept over seeds, also ``pareto.png``; with energy columns, the energy figures."""
+    run labels swept over seeds, also ``pareto.png``; with energy columns, the energy figures;
+    with an over-the-air uplink among them, ``aircomp.png``."""
     out_dir = Path(out_dir)
     if target_accuracy is None:
         target_accuracy = summaries_target(runs)
@@ -49,6 +51,8 @@ def plot_runs(
     if target_accuracy is not None and sum(group.seeded for group in group_seeds(runs)) >= 2:
         written.append(plot_pareto(runs, out_dir / PARETO_FILE, target_accuracy))
 
+    if over_the_air(runs):
+        written.append(plot_aircomp(runs, out_dir / AIRCOMP_PLOT, target_accuracy))
     with_energy = [run for run in runs if has_energy(run)]
     if with_energy:
         written.append(plot_accuracy_vs_energy(with_energy, out_dir / ACCURACY_VS_ENERGY_FILE))

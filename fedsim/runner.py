@@ -193,6 +193,7 @@ def run_algorithm(
         resolved_scenario_yaml=scenario.to_yaml([algorithm]),
         churn_times_s=churn_times_s(scenario),
         energy=scenario.system.energy is not None,
+        over_the_air=scenario.system.uplink_aggregation != "digital",
     )
     bar = tqdm(
         total=scenario.run.rounds,

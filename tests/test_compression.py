@@ -268,10 +268,12 @@ def test_bad_compression_exits_2_naming_the_field(tmp_path, algorithm, message):
     assert_refused(tmp_path, algorithm, message)
 
 
-def assert_refused(tmp_path, algorithm: dict, message: str) -> None:
-    """``fedsim validate`` of a scenario with this algorithm exits 2 with the message."""
+def assert_refused(tmp_path, algorithm: dict, message: str, data: dict | None = None) -> None:
+    """``fedsim validate`` of a scenario with this algorithm (in ``data``, else the tiny
+    scenario) exits 2 with the message."""
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(tiny_scenario(tmp_path, algorithms=[algorithm])))
+    data = tiny_scenario(tmp_path) if data is None else data
+    path.write_text(yaml.safe_dump({**data, "algorithms": [algorithm]}))
     result = subprocess.run(
         [sys.executable, "-m", "fedsim", "validate", str(path)], capture_output=True, text=True
     )

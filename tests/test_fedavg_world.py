@@ -38,6 +38,8 @@ def make_world(data: dict, tmp_path: Path) -> World:
         label=algorithm.run_label,
         target_accuracy=scenario.evaluation.target_accuracy,
         resolved_scenario_yaml=scenario.to_yaml(),
+        energy=scenario.system.energy is not None,
+        over_the_air=scenario.system.uplink_aggregation != "digital",
     )
     return World(scenario, algorithm, dataset, build_trainers(scenario, dataset), recorder)
 

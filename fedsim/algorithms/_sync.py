@@ -55,6 +55,7 @@ def fedavg_server(
         arrivals, (received,) = world.send_down(selected, global_params)
         bodies = {c: client_update(c, received, arrivals[c]) for c in selected}
         kept = yield from gather_updates(world, config, bodies, take=take)
+        yield from server.receive()  # over the air: the round's aggregation slot
         global_params = server.step()[0]
         world.end_round(round_index, evaluated(round_index, global_params), participants=len(kept))
 
@@ -131,6 +132,11 @@ class ServerModels(Generic[Key]):
     sample count) as it arrives; ``step`` ends the round: each model that got updates steps
     from the average (plain FedAvg: becomes it), the others stay as they were. Under a
     signSGD uplink the average is the majority vote's step instead (``MajorityVote``).
+
+    Over the air (``system.radio.uplink_aggregation``) the uploads are not the server's to
+    add up: ``add`` keeps each kept model until the round's slot, and ``receive`` runs the
+    slot, whose noisy average of the updates (or step along the vote) the model steps from
+    (the model stays when nobody transmitted). A round then holds its participants' models.
     """
 
     def __init__(
@@ -139,10 +145,14 @@ class ServerModels(Generic[Key]):
         self.models = dict(models)
         self._world = world
         self._optimizers = {key: server_optimizer(config) for key in self.models}
-        self._averages: dict[Key, RunningAverage | MajorityVote] = {}
+        self._averages: dict[Key, RunningAverage | MajorityVote | Received] = {}
         self._vote_step = world.compression.vote_step  # signSGD's uplink: a majority vote
+        self._on_air: dict[Key, dict[int, torch.Tensor]] = {}  # kept models awaiting the slot
 
     def add(self, key: Key, client: int, params: torch.Tensor) -> None:
+        if self._world.air is not None:
+            self._on_air.setdefault(key, {})[client] = params
+            return
         if key not in self._averages:
             self._averages[key] = (
                 RunningAverage()
@@ -151,12 +161,33 @@ class ServerModels(Generic[Key]):
             )
         self._averages[key].add(params, self._world.num_train(client))
 
+    def receive(self) -> Generator[simpy.Event, object, None]:
+        """Process body: over the air, each model's aggregation slot (nothing otherwise)."""
+        for key, kept in self._on_air.items():
+            model = self.models[key]
+            updates = {client: (params - model,) for client, params in kept.items()}
+            weights = {client: float(self._world.num_train(client)) for client in kept}
+            estimate = yield from self._world.over_the_air(updates, weights)
+            if estimate is not None:
+                self._averages[key] = Received(model + estimate[0])
+        self._on_air = {}
+
     def step(self) -> dict[Key, torch.Tensor]:
         """This round's models (a new dict: earlier rounds' views keep theirs)."""
         for key, average in self._averages.items():
             self.models[key] = self._optimizers[key].step(self.models[key], average.result())
         self._averages = {}
         return dict(self.models)
+
+
+class Received:
+    """The average the server received over the air (``ServerModels.step`` reads it)."""
+
+    def __init__(self, average: torch.Tensor) -> None:
+        self._average = average
+
+    def result(self) -> torch.Tensor:
+        return self._average
 
 
 class LazyModels(Mapping[int, torch.Tensor]):

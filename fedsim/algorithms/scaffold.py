@@ -19,7 +19,9 @@ the round by its policy (as FedAvg) and, over the S updates it kept, applies
     c ← c + (S / N) (1/S) Σ Δc_i    (N: the clients present)
 
 Both means are unweighted, as in the paper (FedAvg weighs by samples); they are folded in as
-the updates arrive, so a round holds two sums, not every upload.
+the updates arrive, so a round holds two sums, not every upload. Over the air
+(``uplink_aggregation: aircomp``) the two tensors go in one slot and the server gets their
+noisy means; when nobody transmits, x and c stay.
 
 Choices where the paper is silent: a client commits c_i⁺ once its upload has gone through
 (it cannot know whether the server keeps it: an update the server drops as surplus leaves
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 import simpy
 import torch
 
-from fedsim.algorithms._sync import gather_updates, server_optimizer
+from fedsim.algorithms._sync import Received, gather_updates, server_optimizer
 from fedsim.config import ScaffoldConfig
 from fedsim.learn.aggregate import RunningAverage
 from fedsim.world import World
@@ -75,11 +77,18 @@ def run(
             for total, delta in zip(deltas, update, strict=True):
                 total.add(delta, 1.0)
 
-        kept = yield from gather_updates(world, config, bodies, take=take)
-        if kept:
+        # Over the air the server keeps the updates until the round's slot sends them.
+        kept = yield from gather_updates(world, config, bodies, take=None if world.air else take)
+        summed = len(kept)  # S: the updates in the means
+        if world.air is not None:  # both means received over the air, unweighted
+            received = yield from world.over_the_air(kept, dict.fromkeys(kept, 1.0))
+            summed = 0 if received is None else world.air.last.air_transmitters
+            if received is not None:
+                deltas = tuple(Received(mean) for mean in received)
+        if summed:
             model_delta, control_delta = (total.result() for total in deltas)
             x = state.x = optimizer.step(x, x + model_delta)
-            c = state.c = c + len(kept) / len(world.present) * control_delta
+            c = state.c = c + summed / len(world.present) * control_delta
         world.end_round(round_index, x, participants=len(kept))
 
 

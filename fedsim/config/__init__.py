@@ -121,6 +121,7 @@ from fedsim.config.laws import (
 )
 from fedsim.config.loading import apply_overrides, load_scenario, parse_scenario
 from fedsim.config.radio import (
+    AirCompConfig,
     D2DPathLossConfig,
     FadingConfig,
     FreeSpacePathLoss,
@@ -270,6 +271,7 @@ __all__ = [
     "PowerDbm",
     "PowerLaw",
     "RADIO_REPLACES",
+    "AirCompConfig",
     "RadioConfig",
     "RateMbps",
     "RenewalAvailability",

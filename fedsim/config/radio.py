@@ -199,6 +199,22 @@ class MobilityConfig(_Strict):
     update_s: Annotated[float, Field(ge=0.01, le=MAX_TIME_S), NO_BOOL] = 1.0
 
 
+class AirCompConfig(_Strict):
+    """Over-the-air aggregation (``uplink_aggregation: aircomp | obda``): every transmitter's
+    signal arrives at the receive SNR asked for; a client whose channel cannot reach it at its
+    full power (gain below g_th = ρ₀ / P) does not transmit (BAA's truncated channel inversion;
+    README "Over-the-air aggregation")."""
+
+    receive_snr_db: Annotated[float, Field(ge=-30, le=60), NO_BOOL] = Field(
+        default=10.0,
+        description="ρ₀/(F·N0·B): each transmitter's received SNR on the whole band, also the "
+        "truncation threshold on its full-power SNR (higher: less noise, fewer transmitters)",
+    )
+    server_lr: Annotated[float, Field(gt=0, le=1), NO_BOOL] = Field(
+        default=1e-3, description="obda: η, the server's step along the vote per number (tune it)"
+    )
+
+
 class RadioConfig(_Strict):
     """Link rates from distance, path loss, shadowing, fading and the band (see the README's
     "Radio model"). Defaults: the single-cell setting of Chen et al. and Yang et al. (TWC 2021)."""
@@ -242,6 +258,15 @@ class RadioConfig(_Strict):
         default=UmiStreetCanyonPathLoss(), description="phone-to-phone links' own law"
     )
     mobility: MobilityConfig | None = None
+    uplink_aggregation: Literal["digital", "aircomp", "obda"] = Field(
+        default="digital",
+        description="digital: each update its own upload (OFDMA); aircomp: the synchronous "
+        "averaging servers receive the sum of the updates over the air (BAA); obda: of their "
+        "signs, one bit each, as a majority vote",
+    )
+    aircomp: AirCompConfig = Field(
+        default=AirCompConfig(), description="the over-the-air slot's settings (aircomp, obda)"
+    )
 
     @model_validator(mode="before")
     @classmethod

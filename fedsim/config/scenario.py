@@ -39,6 +39,7 @@ from fedsim.config.base import (
 from fedsim.config.clients import ClientsConfig
 from fedsim.config.data import SUGGESTED_TIMING_SAMPLES, DatasetConfig, sample_shortage
 from fedsim.config.errors import describe
+from fedsim.config.radio import AirCompConfig
 from fedsim.config.system import SystemConfig
 from fedsim.config.training import ModelConfig, TrainingConfig
 from fedsim.sim.readers import read_availability, read_device_profiles, read_positions
@@ -87,6 +88,12 @@ class OutputConfig(_Strict):
 
 
 MIXABLE_ALGORITHMS = ("local", "perfed_ckt")  # they never add up different clients' parameters
+OVER_THE_AIR_ALGORITHMS = (
+    "fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi", "fedprox", "fedavg_ft", "ditto",
+    "scaffold", "local",
+)  # fmt: skip
+"""What ``uplink_aggregation: aircomp | obda`` serves: the servers that average one model's
+updates of a synchronous round (SCAFFOLD two tensors, not under obda), and Local (no uplink)."""
 
 
 class Scenario(_Strict):
@@ -184,6 +191,30 @@ class Scenario(_Strict):
                 raise ValueError(
                     f"algorithms[{i}].name: {algorithm.name} averages parameters, so every client "
                     f"needs the same model; model.mix works with {', '.join(MIXABLE_ALGORITHMS)}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _over_the_air_serves_averaging_servers(self) -> Scenario:
+        """A slot returns one noisy average (or vote) of the round's updates: only servers that
+        need nothing else of the uploads can use it, and an analog uplink has no codec."""
+        mode = self.system.uplink_aggregation
+        if mode == "digital":
+            return self
+        served = [a for a in OVER_THE_AIR_ALGORITHMS if a != "scaffold" or mode == "aircomp"]
+        for i, algorithm in enumerate(self.algorithms):
+            if algorithm.name not in served:
+                raise ValueError(
+                    f"algorithms[{i}].name: {algorithm.name} cannot use system.radio."
+                    f"uplink_aggregation {mode}: a slot gives the server only the "
+                    f"{'average' if mode == 'aircomp' else 'majority vote'} of the round's "
+                    f"updates, which serves {', '.join(served)}"
+                )
+            compression = getattr(algorithm, "compression", None)
+            if compression is not None and compression.uplink is not None:
+                raise ValueError(
+                    f"algorithms[{i}].compression.uplink: with system.radio.uplink_aggregation "
+                    f"{mode} the updates go over the air as analog amplitudes, not as coded bits"
                 )
         return self
 
@@ -358,6 +389,12 @@ class Scenario(_Strict):
                 compression.pop("peer", None)
             if "consensus_step" in algorithm and algorithm["consensus_step"] is None:
                 del algorithm["consensus_step"]  # D-SGD without a peer codec
+        radio = data["system"].get("radio")
+        if radio is not None:  # an over-the-air uplink's keys at their defaults: as before
+            if radio["uplink_aggregation"] == "digital":
+                del radio["uplink_aggregation"]
+            if radio["aircomp"] == AirCompConfig().model_dump(mode="json"):
+                del radio["aircomp"]
         return yaml.safe_dump(data, sort_keys=False)
 
 

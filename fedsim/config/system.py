@@ -194,6 +194,11 @@ class SystemConfig(_Strict):
     energy: EnergyConfig | None = None
     devices: DevicesConfig | None = None
 
+    @property
+    def uplink_aggregation(self) -> str:
+        """digital (each update its own upload; always without a radio), aircomp or obda."""
+        return "digital" if self.radio is None else self.radio.uplink_aggregation
+
     @model_validator(mode="after")
     def _devices_set_rates_and_compute(self) -> SystemConfig:
         """Device profiles give each client's uplink rate and compute time: a rate or a

@@ -52,6 +52,12 @@ ROUND_COLUMNS = (
     "round", "start_s", "end_s", "selected", "completed", "dropped", *BREAKDOWN, "waiting_s",
     "uplink_bytes", "downlink_bytes", "d2d_bytes", "wasted_bytes",
 )  # fmt: skip
+AIR_COLUMNS = ("air_transmitters", "air_truncated", "air_slot_s", "air_snr_db", "air_mse")
+"""rounds.csv's extra columns under an over-the-air uplink: clients that transmitted in the
+round's slot, participants that did not (truncated by their channel, or offline), the slot's
+seconds, the effective SNR of the aggregate (dB) and the mean squared error per number of what
+the server received against an error-free uplink from every participant (obda: of the vote's
+signs). Empty in a round without a slot."""
 ACTIVITY_COLUMNS = ("time_s", "present", "online")
 ENERGY_COLUMNS = ("time_s", "round", "client", *ENERGY_TOTALS, "battery_j")
 RADIO_COLUMNS = (

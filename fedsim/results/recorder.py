@@ -20,6 +20,7 @@ import numpy as np
 from fedsim.results.files import (
     ACTIVITY_COLUMNS,
     ACTIVITY_FILE,
+    AIR_COLUMNS,
     CLIENT_COLUMNS,
     CLIENTS_FILE,
     ENERGY_COLUMNS,
@@ -105,9 +106,11 @@ class Recorder:
         resolved_scenario_yaml: str,
         churn_times_s: Sequence[float] = (),
         energy: bool = False,
+        over_the_air: bool = False,
     ) -> None:
         """``energy``: the scenario counts energy (metrics.csv gains its columns, energy.csv
-        is written); the World attaches the meter as ``self.energy``."""
+        is written); the World attaches the meter as ``self.energy``. ``over_the_air``: the
+        uplink aggregates over the air (rounds.csv gains ``AIR_COLUMNS``)."""
         self.run_dir = run_dir
         self.scenario_name = scenario_name
         self.label = label
@@ -117,6 +120,7 @@ class Recorder:
         self.energy: Energy | None = None  # attached by the World (with system.energy)
         self.battery_departures = 0  # clients whose battery ran out (left or went charging)
         self._metrics_columns = METRICS_COLUMNS + (ENERGY_TOTALS if energy else ())
+        self._round_columns = ROUND_COLUMNS + (AIR_COLUMNS if over_the_air else ())
         self._loss_sum = 0.0
         self._loss_samples = 0
         self._rows: list[dict] = []
@@ -131,7 +135,7 @@ class Recorder:
         if energy:
             self._energy = self._open_csv(ENERGY_FILE, ENERGY_COLUMNS)
         self._clients = self._open_csv(CLIENTS_FILE, CLIENT_COLUMNS)
-        self._rounds = self._open_csv(ROUNDS_FILE, ROUND_COLUMNS)
+        self._rounds = self._open_csv(ROUNDS_FILE, self._round_columns)
         self._activity = self._open_csv(ACTIVITY_FILE, ACTIVITY_COLUMNS)
         self._flush()
         self._write_summary(complete=False)
@@ -164,7 +168,8 @@ class Recorder:
         row["round"] = row.pop("round_index")
         self.round_rows.append(row)
         if self.run_dir is not None:
-            self._rounds.writerow(["" if _is_nan(row[c]) else row[c] for c in ROUND_COLUMNS])
+            values = (row.get(c, math.nan) for c in self._round_columns)
+            self._rounds.writerow(["" if _is_nan(v) else v for v in values])
 
     def log_energy(self, time_s: float, round_index: int | None) -> None:
         """energy.csv: the cumulative joules of every client whose joules moved since the

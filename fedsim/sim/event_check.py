@@ -93,6 +93,7 @@ class _Checker:
             "send_abort": self._on_send_abort,
             "update_dropped": self._on_update_dropped,
             "evaluate": _ignore,
+            "air_slot": self._on_air_slot,
         }
 
     def malformed(self, line: int, reason: str) -> None:
@@ -192,6 +193,10 @@ class _Checker:
             where = "offline" if client in self._present else "absent"
             self._flag(f"client {client} goes offline while {where}")
         self._go_offline(client)
+
+    def _on_air_slot(self, record: dict) -> None:
+        for client in _ints(record, "transmitters"):
+            self._require_online(client, "transmits in an over-the-air slot")
 
     def _on_train_start(self, record: dict) -> None:
         client = _int(record, "client")

@@ -24,6 +24,8 @@ send_end        transfer, receivers (those who got it: a broadcast may reach onl
 send_abort      transfer, bytes_sent, reason, retransmitted
 update_dropped  client, bytes, reason, round (an update received, then discarded by the server)
 evaluate        round, accuracy
+air_slot        transmitters, truncated (participants that do not transmit), duration_s,
+                round (an over-the-air aggregation slot begins: analog, no bytes)
 ==============  ===========================================================================
 
 Bytes are counted when a transfer ends, at the simulated moment they have crossed the air: a

@@ -266,6 +266,14 @@ class Radio:
         power_dbm = 10.0 * math.log10(self.tx_power_w[client] * 1000.0)
         return power_dbm + gain_db - 10.0 * math.log10(self.noise_w(bandwidth_hz) * 1000.0)
 
+    def uplink_gain(self, client: int) -> float:
+        """The client's uplink channel power gain now (path loss, shadowing, fading): what an
+        over-the-air transmitter inverts. Counted as a transmission on its link (with fading
+        re-drawn per transmission, each slot gets its own)."""
+        transmission = self.transmission_index(UPLINK, client)
+        fading = self.fading_gain(client, UPLINK, self.now(), transmission)
+        return 10.0 ** (-self.large_scale_loss_db(client) / 10.0) * fading
+
     def replica(self) -> Radio:
         """The same channel with fresh mobility state, to replay it from time 0 (its clock
         stays at 0: ask it at explicit times)."""

@@ -138,7 +138,11 @@ class Compression:
 
     def raw_bytes(self, tensors: Sequence[torch.Tensor]) -> int:
         """Bytes of tensors sent as they are, at the scenario's precision."""
-        return sum(t.numel() for t in tensors) * self._bits_per_param // 8
+        return self.number_bytes(sum(t.numel() for t in tensors))
+
+    def number_bytes(self, count: int) -> int:
+        """Bytes of ``count`` numbers sent as they are, at the scenario's precision."""
+        return count * self._bits_per_param // 8
 
     def codec_s(self, numel: int, direction: str = "uplink") -> float:
         """Seconds a device spends encoding or decoding ``numel`` numbers (0: free)."""

@@ -109,6 +109,15 @@ class DeviceEnergy:
             served()
         return draws
 
+    def analog_started(self, client: int, power_w: float) -> Draw:
+        """The client transmits in an over-the-air slot at ``power_w`` (its radio's circuit
+        power on top), until ``analog_ended``."""
+        return self.meter.start(client, "tx", power_w + self.config.circuit_power_w)
+
+    def analog_ended(self, draw: Draw, *, wasted: bool) -> None:
+        """The slot is over; ``wasted``: the client's signal did not make it into the sum."""
+        self.meter.stop(draw, wasted=wasted)
+
     def _draw(self, draws: list[Draw], client: int, category: str, power: float, on: bool) -> Draw:
         draw = self.meter.start(client, category, power if on else 0.0)
         draws.append(draw)

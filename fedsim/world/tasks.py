@@ -59,6 +59,7 @@ class RoundStats:
     finished_tasks: list[Task] = field(default_factory=list)
     # Where the tasks the server did not keep were when it closed the round (CUT_AT).
     cut_at: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CUT_AT, 0))
+    air: dict[str, float] = field(default_factory=dict)  # the round's over-the-air slot
 
     def note_gathered(self, tasks: Mapping[int, Task], kept: list[int]) -> None:
         """The server gathered these tasks and kept the updates of ``kept``."""
@@ -166,6 +167,7 @@ class Rounds:
             dropped=stats.dropped,
             **stats.breakdown,
             **stats.cut_at,
+            **stats.air,
             participants=participants,
         )
 

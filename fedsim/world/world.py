@@ -37,6 +37,7 @@ from fedsim.sim.compute import CpuCycles, device_speeds
 from fedsim.sim.events import EventLog
 from fedsim.sim.topology import neighbours
 from fedsim.streams import RandomStreams
+from fedsim.world.aircomp import OverTheAir
 from fedsim.world.compression import SERVER, Compression
 from fedsim.world.devices import Devices
 from fedsim.world.energy import DeviceEnergy
@@ -155,6 +156,13 @@ class World:
             [t.layer_shapes for t in {id(t): t for t in self._trainers}.values()],
             self.streams.integer_seed("compression"),
         )
+        self.air = None  # the over-the-air uplink, when the scenario asks for one
+        if system.uplink_aggregation != "digital":
+            self.air = OverTheAir(
+                system.uplink_aggregation, system.radio.aircomp, self.env,
+                self.network.radio, self.log, self.energy, self.is_online,
+                self.streams.integer_seed("aircomp"),
+            )  # fmt: skip
         self._uploaded_bytes: dict[int, int] = {}  # each client's last upload, as encoded
         self._to_decode: dict[int, float] = {}  # seconds to decode a received model, by client
         self._trainings_done = [0] * num_clients
@@ -293,7 +301,7 @@ class World:
 
     def uploaded_bytes(self, client: int, *tensors: torch.Tensor) -> int:
         """Bytes of the client's last upload, which carried these tensors (as encoded)."""
-        if self.compression.active:
+        if self.compression.active or self.air is not None:
             return self._uploaded_bytes[client]
         return self.payload_bytes(*tensors)
 
@@ -343,19 +351,53 @@ class World:
 
         ``reference``: the model the client received, when the first tensor is its trained
         model: an uplink codec then compresses the update (the model minus the reference).
+        Over the air, the client sends only its side information now and returns its tensors
+        as they are: they reach the server in the round's slot (``over_the_air``).
         """
+        if self.air is not None:
+            nbytes = self.compression.number_bytes(self.air.side_numbers(tensors))
+            if nbytes:
+                yield from self._timed_upload(client, nbytes)
+            self._uploaded_bytes[client] = nbytes
+            return tensors
         nbytes, received = self.compression.send("uplink", client, tensors, (reference,))
         yield from self._codec_work(
             client, self.compression.codec_s(sum(t.numel() for t in tensors))
         )
+        yield from self._timed_upload(client, nbytes)
+        self._uploaded_bytes[client] = nbytes
+        return received
+
+    def _timed_upload(self, client: int, nbytes: int) -> Generator[simpy.Event, None, None]:
+        """Process body: an upload, its times charged to the client's timed task."""
         started_s = self.env.now
         _, air_s = yield from self.network.upload(client, nbytes)
-        self._uploaded_bytes[client] = nbytes
         task = self.tasks.timed.get(client)
         if task is not None:
             task.uplink_queue_s += self.env.now - started_s - air_s
             task.uplink_s += air_s
-        return received
+
+    def over_the_air(
+        self, updates: Mapping[int, tuple[torch.Tensor, ...]], weights: Mapping[int, float]
+    ) -> Generator[simpy.Event, object, tuple[torch.Tensor, ...] | None]:
+        """Process body: the round's aggregation slot for the updates its server kept (each
+        client's tensors, as ``upload`` returned them as differences to the server's model);
+        returns the server's estimate of their average weighted by ``weights`` (obda: the
+        step along the majority vote of their signs), or None when nobody transmitted.
+
+        The slot's seconds count as uplink time of the clients that transmitted.
+        """
+        if not updates:
+            return None
+        estimate, transmitters, slot_s = yield from self.air.aggregate(
+            updates, weights, self.round_index
+        )
+        sent = set(transmitters)
+        for task in self._rounds.stats.finished_tasks:
+            if task.client in sent:
+                task.uplink_s += slot_s
+        self._rounds.stats.air = vars(self.air.last)
+        return estimate
 
     def send_message(
         self, sender: int, receiver: int, *tensors: torch.Tensor, own_model: bool = False
