@@ -363,3 +363,21 @@ def test_a_sweep_of_the_uplink_keeps_the_slot_settings_in_the_resolved_file(tmp_
     text = parse_scenario(data).to_yaml()
     assert "server_lr: 0.01" in text and "receive_snr_db: 20.0" in text
     assert "uplink_aggregation: digital" not in text  # the default, left out as before
+
+
+def test_churn_and_a_deadline_never_put_an_offline_client_in_the_sum(tmp_path):
+    """Clients going offline and back: every slot's transmitters were online (the event
+    check), transmitters + truncated = the updates the server kept, and the run ends."""
+    data = air_scenario(tmp_path, "aircomp", count=12)
+    data["clients"]["availability"] = {"kind": "renewal", "mean_online_s": 3, "mean_offline_s": 1}
+    data["algorithms"] = [{"name": "fedavg", "deadline_s": 2.0}]
+    data["run"] = {"time_budget_s": 40}
+    data["output"]["events"] = True
+    world = make_world(data, tmp_path)
+    run_world(world)
+    assert check_events(tmp_path / "run" / "events.jsonl").ok
+    rows = [r for r in read_rounds(tmp_path / "run") if r["air_transmitters"]]
+    assert len(rows) > 5
+    for row in rows:
+        assert int(row["air_transmitters"]) + int(row["air_truncated"]) == int(row["completed"])
+    assert any(int(r["completed"]) < int(r["selected"]) for r in read_rounds(tmp_path / "run"))
