@@ -12,13 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.learn.overtheair import (
-    analog_average,
-    mean_symbol_power,
-    normalization,
-    one_bit_vote,
-)
-from fedsim.learn.overtheair import scales as air_scales
+from fedsim.learn.overtheair import AnalogSum, normalization, one_bit_vote
 from fedsim.sim.aircomp import AirSlot, slot_s
 from fedsim.sim.event_check import check_events
 from fedsim.sim.radio import dbm_to_watts
@@ -42,14 +36,14 @@ def test_without_noise_the_air_average_is_the_exact_weighted_average():
     updates = updates_of(5, 300, spread=[0.5, 1, 2, 3, 0.1])
     weights = {0: 10.0, 1: 40.0, 2: 25.0, 3: 5.0, 4: 20.0}
     exact = sum(weights[k] * updates[k][0].double() for k in updates) / sum(weights.values())
-    estimate = analog_average(updates, weights, list(updates), 0.0, torch.Generator())
+    estimate = AnalogSum(updates, weights).estimate(list(updates), 0.0, torch.Generator())
     assert torch.allclose(estimate.tensors[0].double(), exact, atol=1e-6)
     assert estimate.mse < 1e-12 and estimate.snr_db == math.inf
     # truncated clients are not in the sum: the average of the transmitters, and an MSE
     # against all participants' average (the truncation's bias)
     some = [0, 2, 3]
     part = sum(weights[k] * updates[k][0].double() for k in some) / sum(weights[k] for k in some)
-    truncated = analog_average(updates, weights, some, 0.0, torch.Generator())
+    truncated = AnalogSum(updates, weights).estimate(some, 0.0, torch.Generator())
     assert torch.allclose(truncated.tensors[0].double(), part, atol=1e-6)
     assert truncated.mse == pytest.approx(float((part - exact).square().mean()), rel=1e-5)
 
@@ -62,20 +56,19 @@ def test_the_noise_on_the_average_matches_the_closed_form():
     updates = updates_of(k, numel, seed=1)
     weights = dict.fromkeys(updates, 1.0)
     generator = torch.Generator().manual_seed(7)
+    analog = AnalogSum(updates, weights)
     mse = np.mean([
-        analog_average(updates, weights, list(updates), 1 / math.sqrt(snr), generator).mse
-        for _ in range(trials)
+        analog.estimate(list(updates), 1 / math.sqrt(snr), generator).mse for _ in range(trials)
     ])  # fmt: skip
-    (scale,) = air_scales(updates, weights)
+    (scale,) = analog.scale
     expected = scale**2 / (snr * k**2)
     assert mse == pytest.approx(expected, rel=0.03)  # MC error: √(2 / 300,000) ≈ 0.3%
     # and with unequal weights and spreads, the general form
     updates = updates_of(3, numel, seed=2, spread=[0.2, 1.0, 3.0])
     weights = {0: 1.0, 1: 2.0, 2: 0.5}
-    mse = np.mean([
-        analog_average(updates, weights, [0, 1, 2], 0.5, generator).mse for _ in range(trials)
-    ])  # fmt: skip
-    (scale,) = air_scales(updates, weights)
+    analog = AnalogSum(updates, weights)
+    mse = np.mean([analog.estimate([0, 1, 2], 0.5, generator).mse for _ in range(trials)])
+    (scale,) = analog.scale
     assert scale == pytest.approx(
         max(weights[c] * normalization(updates[c])[0][1] for c in range(3))
     )
@@ -85,8 +78,8 @@ def test_the_noise_on_the_average_matches_the_closed_form():
 def test_no_client_transmits_above_unit_symbol_power():
     updates = updates_of(6, 500, seed=3, spread=[0.1, 1, 5, 2, 0.3, 9])
     weights = {k: float(10 + 7 * k) for k in updates}
-    scale = air_scales(updates, weights)
-    powers = [mean_symbol_power(updates[k], weights[k], scale) for k in updates]
+    analog = AnalogSum(updates, weights)
+    powers = [analog.symbol_power(k) for k in updates]
     assert max(powers) == pytest.approx(1.0)  # the client that sets C sends at full power
     assert all(0 < p <= 1.0 + 1e-12 for p in powers)
 

@@ -54,27 +54,12 @@ class AirEstimate:
 def normalization(update: Update) -> list[tuple[float, float]]:
     """Each tensor's (mean, root mean square about the mean): the side information a client
     sends digitally before the slot."""
-    return [
-        (float(t.double().mean()), float((t.double() - t.double().mean()).square().mean().sqrt()))
-        for t in update
-    ]
-
-
-def scales(updates: Mapping[int, Update], weights: Mapping[int, float]) -> list[float]:
-    """C per tensor: max over the participants of w_k σ_k (what the grant announces)."""
-    sides = {k: normalization(u) for k, u in updates.items()}
-    count = len(next(iter(updates.values())))
-    return [max(weights[k] * sides[k][t][1] for k in updates) for t in range(count)]
-
-
-def mean_symbol_power(update: Update, weight: float, scale: Sequence[float]) -> float:
-    """The mean power per real value client k transmits, Σ_t n_t (w_k σ_k,t / C_t)² / Σ_t n_t
-    (at most 1: its transmit power is this times ρ₀ / g_k)."""
-    numel = sum(t.numel() for t in update)
-    power = 0.0
-    for tensor, (_, spread), c in zip(update, normalization(update), scale, strict=True):
-        power += tensor.numel() * (weight * spread / c) ** 2 if c > 0 else 0.0
-    return power / numel
+    sides = []
+    for tensor in update:
+        values = tensor.double()
+        mean = values.mean()
+        sides.append((float(mean), float((values - mean).square().mean().sqrt())))
+    return sides
 
 
 def _noise(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
@@ -82,41 +67,59 @@ def _noise(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.
     return (noise * std).to(like.device)
 
 
-def analog_average(
-    updates: Mapping[int, Update],
-    weights: Mapping[int, float],
-    transmitters: Sequence[int],
-    noise_std: float,
-    generator: torch.Generator,
-) -> AirEstimate:
-    """BAA: the weighted average of the transmitters' updates as the server estimates it from
-    the superposed signals, with ``noise_std`` the noise on each real of the received sum (in
-    units of one unit-power signal: 1 / √SNR₀). ``updates`` are all the round's participants
-    (they set the scale C and the error-free reference); only ``transmitters`` add in."""
-    exact = _weighted_mean(updates, weights, list(updates))
-    if not transmitters:
-        return AirEstimate(None, math.nan, math.nan)
-    sides = {k: normalization(updates[k]) for k in transmitters}
-    total_w = sum(weights[k] for k in transmitters)
-    clean = _weighted_mean(updates, weights, transmitters)
-    estimate, signal_sq, noise_sq, error_sq, numel = [], 0.0, 0.0, 0.0, 0
-    for t, c in enumerate(scales(updates, weights)):
-        like = clean[t]
-        received = torch.zeros(like.shape, dtype=torch.float64, device=like.device)
-        means = 0.0
-        for k in sorted(transmitters):  # the superposition of a_k (Δ_k − μ_k), a_k = w_k / C
-            mean, _ = sides[k][t]
-            if c > 0:
-                received.add_(updates[k][t].double() - mean, alpha=weights[k] / c)
-            means += weights[k] * mean  # sent digitally
-        received += _noise(like, noise_std, generator)
-        average = (c * received + means) / total_w
-        estimate.append(average.to(like.dtype))
-        signal_sq += float(like.double().square().sum())
-        noise_sq += (noise_std * c / total_w) ** 2 * like.numel()
-        error_sq += float((average - exact[t].double()).square().sum())
-        numel += like.numel()
-    return AirEstimate(tuple(estimate), _db(signal_sq, noise_sq), error_sq / numel)
+class AnalogSum:
+    """BAA's slot for one round's participants: their side information and the scale C the
+    grant announces, computed once, then what each transmits and what the server gets."""
+
+    def __init__(self, updates: Mapping[int, Update], weights: Mapping[int, float]) -> None:
+        self.updates = updates
+        self.weights = weights
+        self.sides = {k: normalization(u) for k, u in updates.items()}
+        count = len(next(iter(updates.values())))
+        self.scale = [  # C per tensor: max over the participants of w_k σ_k
+            max(weights[k] * self.sides[k][t][1] for k in updates) for t in range(count)
+        ]
+
+    def symbol_power(self, client: int) -> float:
+        """The mean power per real value the client transmits, Σ_t n_t (w_k σ_k,t / C_t)² /
+        Σ_t n_t (at most 1: its transmit power is this times ρ₀ / g_k)."""
+        update, weight = self.updates[client], self.weights[client]
+        power = 0.0
+        for tensor, (_, spread), c in zip(update, self.sides[client], self.scale, strict=True):
+            power += tensor.numel() * (weight * spread / c) ** 2 if c > 0 else 0.0
+        return power / sum(t.numel() for t in update)
+
+    def estimate(
+        self, transmitters: Sequence[int], noise_std: float, generator: torch.Generator
+    ) -> AirEstimate:
+        """The weighted average of the transmitters' updates as the server estimates it from
+        the superposed signals, with ``noise_std`` the noise on each real of the received sum
+        (in units of one unit-power signal: 1 / √SNR₀). All the participants set C and the
+        error-free reference; only ``transmitters`` add in."""
+        if not transmitters:
+            return AirEstimate(None, math.nan, math.nan)
+        updates, weights = self.updates, self.weights
+        exact = _weighted_mean(updates, weights, list(updates))
+        clean = _weighted_mean(updates, weights, transmitters)
+        total_w = sum(weights[k] for k in transmitters)
+        estimate, signal_sq, noise_sq, error_sq, numel = [], 0.0, 0.0, 0.0, 0
+        for t, c in enumerate(self.scale):
+            like = clean[t]
+            received = torch.zeros(like.shape, dtype=torch.float64, device=like.device)
+            means = 0.0
+            for k in sorted(transmitters):  # the superposition of a_k (Δ_k − μ_k), a_k = w_k / C
+                mean, _ = self.sides[k][t]
+                if c > 0:
+                    received.add_(updates[k][t].double() - mean, alpha=weights[k] / c)
+                means += weights[k] * mean  # sent digitally
+            received += _noise(like, noise_std, generator)
+            average = (c * received + means) / total_w
+            estimate.append(average.to(like.dtype))
+            signal_sq += float(like.double().square().sum())
+            noise_sq += (noise_std * c / total_w) ** 2 * like.numel()
+            error_sq += float((average - exact[t].double()).square().sum())
+            numel += like.numel()
+        return AirEstimate(tuple(estimate), _db(signal_sq, noise_sq), error_sq / numel)
 
 
 def _weighted_mean(

@@ -28,14 +28,7 @@ import simpy
 import torch
 
 from fedsim.config import AirCompConfig
-from fedsim.learn.overtheair import (
-    AirEstimate,
-    Update,
-    analog_average,
-    mean_symbol_power,
-    one_bit_vote,
-    scales,
-)
+from fedsim.learn.overtheair import AirEstimate, AnalogSum, Update, one_bit_vote
 from fedsim.sim.aircomp import AirSlot, slot_s
 from fedsim.sim.events import EventLog
 from fedsim.sim.radio import Radio, db_to_linear
@@ -104,41 +97,41 @@ class OverTheAir:
         first = next(iter(updates.values()))
         duration_s = slot_s(sum(t.numel() for t in first), band_hz)
         timing_only = any(t.is_meta for t in first)
-        scale = scales(updates, weights) if self.mode == "aircomp" and not timing_only else None
+        analog = None if self.mode != "aircomp" or timing_only else AnalogSum(updates, weights)
         draws = {}
         for index, client in enumerate(slot.clients):
             if not slot.transmits(index) or self._energy is None:
                 continue
-            symbols = 1.0  # OBDA's BPSK (and a timing-only run) at unit power
-            if scale is not None:
-                symbols = mean_symbol_power(updates[client], weights[client], scale)
+            # OBDA's BPSK (and a timing-only run) at unit power
+            symbols = 1.0 if analog is None else analog.symbol_power(client)
             draws[client] = self._energy.analog_started(client, slot.power_w(index, symbols))
-        truncated = [c for c in sorted(updates) if c not in slot.transmitters]
+        sending = slot.transmitters
+        truncated = sorted(set(updates) - set(sending))
         self._log.emit(
-            "air_slot", transmitters=slot.transmitters, truncated=truncated,
+            "air_slot", transmitters=sending, truncated=truncated,
             duration_s=duration_s, round=round_index,
         )  # fmt: skip
         yield self._env.timeout(duration_s)
-        transmitters = [c for c in slot.transmitters if self._is_online(c)]  # none cut off
+        transmitters = [c for c in sending if self._is_online(c)]  # none cut off
         for client, draw in draws.items():
             self._energy.analog_ended(draw, wasted=client not in transmitters)
         self.last = SlotRecord(len(transmitters), len(updates) - len(transmitters), duration_s)
         if timing_only:
             estimate = None if not transmitters else tuple(torch.empty_like(t) for t in first)
             return estimate, transmitters, duration_s
-        result = self._estimate(updates, weights, transmitters, slot.sum_noise_std)
+        result = self._estimate(analog, updates, transmitters, slot.sum_noise_std)
         self.last.air_snr_db, self.last.air_mse = result.snr_db, result.mse
         return result.tensors, transmitters, duration_s
 
     def _estimate(
         self,
+        analog: AnalogSum | None,
         updates: Mapping[int, Update],
-        weights: Mapping[int, float],
         transmitters: list[int],
         noise_std: float,
     ) -> AirEstimate:
-        if self.mode == "aircomp":
-            return analog_average(updates, weights, transmitters, noise_std, self._generator)
+        if analog is not None:
+            return analog.estimate(transmitters, noise_std, self._generator)
         vote = one_bit_vote(updates, transmitters, noise_std, self._generator)
         if vote.tensors is None:
             return vote
