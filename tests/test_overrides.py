@@ -72,7 +72,7 @@ def test_a_bad_override_names_the_field(scenario_file, override, named):
             "algorithms[0].nme[0]=x",
             "--set algorithms[0].nme[0]: no key 'nme' in algorithms[0] (did you mean 'name'?); "
             "valid keys: client_fraction, compression, deadline_s, label, name, "
-            "over_selection, server_optimizer",
+            "over_selection, selection, server_optimizer",
         ),
         (
             "sweep.trainig.lr=[0.1, 0.2]",

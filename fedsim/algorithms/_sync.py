@@ -51,7 +51,9 @@ def fedavg_server(
 
     world.set_models(evaluated(0, global_params))  # what clients use before round 1 ends
     for round_index in world.rounds():
-        selected = yield from world.select_clients(config.client_fraction, config.over_selection)
+        selected = yield from world.select_clients(
+            config.client_fraction, config.over_selection, config.selection
+        )
         arrivals, (received,) = world.send_down(selected, global_params)
         bodies = {c: client_update(c, received, arrivals[c]) for c in selected}
         kept = yield from gather_updates(world, config, bodies, take=take)

@@ -92,7 +92,9 @@ def run(
 
     world.on_join, world.on_leave = join, leave
     for round_index in world.rounds():
-        selected = yield from world.select_clients(config.client_fraction, config.over_selection)
+        selected = yield from world.select_clients(
+            config.client_fraction, config.over_selection, config.selection
+        )
         arrivals: dict[int, simpy.Event] = {}
         received: dict[int, torch.Tensor] = {}  # each receiver's cluster model, as decoded
         for cluster in server.clusters:

@@ -75,7 +75,9 @@ def run(
 
     world.on_join, world.on_leave = join, leave
     for round_index in world.rounds():
-        selected = yield from world.select_clients(config.client_fraction, config.over_selection)
+        selected = yield from world.select_clients(
+            config.client_fraction, config.over_selection, config.selection
+        )
         peers: dict[int, list[int]] = {}
         tasks = {}
         for i in selected:

@@ -40,7 +40,9 @@ def run(world: World, config: IfcaConfig) -> Generator[simpy.Event, object, None
         server.add(int(index), client, params)
 
     for round_index in world.rounds():
-        selected = yield from world.select_clients(config.client_fraction, config.over_selection)
+        selected = yield from world.select_clients(
+            config.client_fraction, config.over_selection, config.selection
+        )
         arrivals, received = world.send_down(selected, *models.values())
         received_models = dict(zip(models, received, strict=True))
         bodies = {c: client_update(world, c, received_models, arrivals[c]) for c in selected}

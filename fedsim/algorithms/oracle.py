@@ -39,7 +39,9 @@ def run(world: World, config: OracleConfig) -> Generator[simpy.Event, object, No
         server.add(group[client], client, result.params)
 
     for round_index in world.rounds():
-        selected = yield from world.select_clients(config.client_fraction, config.over_selection)
+        selected = yield from world.select_clients(
+            config.client_fraction, config.over_selection, config.selection
+        )
         arrivals, received = {}, {}
         for g, model in models.items():
             members = [c for c in selected if group[c] == g]

@@ -40,7 +40,7 @@ def run(world: World, config: PerFedCktConfig) -> Generator[simpy.Event, object,
 
     # --- bootstrap (round -1): fresh models' outputs from m clients ---
     selected = yield from world.select_clients(
-        config.client_fraction, by_size=config.sample_by_size
+        config.client_fraction, selection=config.selection, by_size=config.sample_by_size
     )
     tasks = {c: world.start_task(c, upload_outputs(world, c, models, public)) for c in selected}
     outputs = yield from world.gather(tasks, deadline_s=config.deadline_s)
@@ -50,7 +50,10 @@ def run(world: World, config: PerFedCktConfig) -> Generator[simpy.Event, object,
         if outputs:
             centroids = cluster(outputs, config.clusters, rng)
         selected = yield from world.select_clients(
-            config.client_fraction, config.over_selection, by_size=config.sample_by_size
+            config.client_fraction,
+            config.over_selection,
+            config.selection,
+            by_size=config.sample_by_size,
         )
         arrivals, _ = world.send_down(selected, *centroids)  # outputs: never compressed
         tasks = {

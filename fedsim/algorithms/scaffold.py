@@ -65,7 +65,9 @@ def run(
     world.on_leave = lambda client: controls.pop(client, None)
     world.set_models(x)
     for round_index in world.rounds():
-        selected = yield from world.select_clients(config.client_fraction, config.over_selection)
+        selected = yield from world.select_clients(
+            config.client_fraction, config.over_selection, config.selection
+        )
         arrivals, (x_received, c_received) = world.send_down(selected, x, c)
         bodies = {
             i: client_update(world, config, i, x_received, c_received, controls, arrivals[i])

@@ -103,7 +103,9 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
 
     # --- training rounds: k group-casts down, m models up, centroid-weighted aggregation ---
     for round_index in world.rounds():
-        selected = yield from world.select_clients(config.client_fraction, config.over_selection)
+        selected = yield from world.select_clients(
+            config.client_fraction, config.over_selection, config.selection
+        )
         arrivals, start = {}, {}  # start: each member's stream as it decoded it
         for n in range(k):
             members = [c for c in selected if stream_of.get(c, largest) == n]

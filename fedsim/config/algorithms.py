@@ -69,10 +69,43 @@ class LocalConfig(_AlgorithmBase):
     compressible: ClassVar[dict[str, str | None]] = {}
 
 
+SelectionPolicy = Literal["random", "round_robin", "proportional_fair", "best_channel", "age_based"]
+CHANNEL_AWARE_POLICIES = ("proportional_fair", "best_channel")  # they read channel reports
+
+
+class SelectionConfig(_Strict):
+    """Which clients a synchronous server calls each round (README "Client selection
+    policies"): uniformly at random, or by Yang et al.'s scheduling policies (IEEE TCOM 2020)
+    from what a base station knows, or by age of update."""
+
+    policy: SelectionPolicy = Field(
+        default="random",
+        description="random; round_robin (in turn by id); proportional_fair (largest SNR over "
+        "mean SNR); best_channel (largest SNR); age_based (longest since last selected)",
+    )
+    report_period_s: Seconds | None = Field(
+        default=None,
+        description="channel-aware policies: null, each client's SNR from the pilot it answers "
+        "the call with; a period, as of its last periodic report (the latest multiple <= now)",
+    )
+
+    @model_validator(mode="after")
+    def _reports_serve_channel_aware_policies(self) -> SelectionConfig:
+        if self.report_period_s is not None and self.policy not in CHANNEL_AWARE_POLICIES:
+            raise ValueError(
+                f"report_period_s: {self.policy} reads no channel reports; only "
+                f"{' and '.join(CHANNEL_AWARE_POLICIES)} do"
+            )
+        return self
+
+
 class SyncServerConfig(_AlgorithmBase):
     """How a synchronous server picks clients and closes a round."""
 
     client_fraction: Fraction = 1.0
+    selection: SelectionConfig = Field(
+        default=SelectionConfig(), description="which clients it calls (default: random)"
+    )
     deadline_s: Seconds | None = Field(
         default=None, description="close the round this long after it starts; drop the late"
     )
@@ -300,6 +333,15 @@ class PerFedCktConfig(SyncServerConfig):
     public_samples: PositiveInt = Field(default=2000, description="|P| (paper: 2000)")
     public_batch_size: PositiveInt = Field(default=128, description="b' (paper: 128)")
     sample_by_size: bool = Field(default=True, description="selection probability ∝ n_k")
+
+    @model_validator(mode="after")
+    def _size_sampling_is_random(self) -> PerFedCktConfig:
+        if self.sample_by_size and self.selection.policy != "random":
+            raise ValueError(
+                f"selection.policy: {self.selection.policy} picks clients by its own rule, "
+                "not by sampling ∝ n_k: set sample_by_size: false with it"
+            )
+        return self
 
 
 class AsyncServerConfig(_AlgorithmBase):

@@ -7,8 +7,9 @@ device's compute time), ``upload`` the result, ``gather`` what arrived under the
 policy, ``end_round``. Time comes from the system model, bytes from the tensors actually
 sent, never from how long PyTorch took on this machine. The parts live beside this file:
 the devices and their queue (``devices``), the batched trainings (``training``), evaluation
-(``evaluation``), tasks (``tasks``), and what is built from the scenario: the network
-(``network``), the energy model (``energy``) and who is present (``presence``).
+(``evaluation``), tasks (``tasks``), the selection policies (``selection``), and what is
+built from the scenario: the network (``network``), the energy model (``energy``) and who is
+present (``presence``).
 
 Churn: a client that goes offline (or leaves for good) has its running tasks interrupted;
 whatever it was computing or sending is lost (bytes on the air are counted as wasted), and
@@ -28,6 +29,7 @@ import simpy
 import torch
 
 from fedsim.config import AlgorithmConfig, Scenario, ScenarioError
+from fedsim.config.algorithms import SelectionConfig
 from fedsim.learn.data import ClientShard, FederatedDataset, build_public_set
 from fedsim.learn.trainer import Distillation, Trainer, TrainResult
 from fedsim.results.files import EVENTS_FILE
@@ -44,6 +46,7 @@ from fedsim.world.energy import DeviceEnergy
 from fedsim.world.evaluation import Evaluation, Models
 from fedsim.world.network import build_network, write_radio_files
 from fedsim.world.presence import Presence
+from fedsim.world.selection import ChannelReport, ChannelReports, Policy, build_policy
 from fedsim.world.tasks import CANCELLED, Rounds, Task, Tasks, interrupt
 from fedsim.world.training import QueuedTraining, TrainingQueue
 
@@ -168,6 +171,8 @@ class World:
         self._trainings_done = [0] * num_clients
         self.trainings = TrainingQueue()
         self.sampling_rng = self.streams.generator("sampling")
+        self._policies: dict[SelectionConfig, Policy] = {}  # selection policies other than random
+        self._channel_reports: dict[float | None, ChannelReports] = {}  # by report period
         self.evaluation = Evaluation(
             scenario.evaluation, scenario.run.rounds, dataset.shards, self.trainer,
             self.trainer_of, self.present, recorder, self.log, timing_only=timing_only,
@@ -247,22 +252,50 @@ class World:
         return self._rounds.index
 
     def select_clients(
-        self, fraction: float, over_selection: float = 0.0, *, by_size: bool = False
+        self,
+        fraction: float,
+        over_selection: float = 0.0,
+        selection: SelectionConfig | None = None,
+        *,
+        by_size: bool = False,
     ) -> Generator[simpy.Event, object, list[int]]:
-        """Process body: wait until someone is online, then sample among the online clients.
+        """Process body: wait until someone is online, then pick among the online clients.
 
         The server sees who has checked in (online) when it selects; it wants
         max(1, round(fraction * present)) updates and over-selects by ``over_selection``.
-        ``by_size`` samples without replacement with probability ∝ local training size.
+        It samples them uniformly (``by_size``: without replacement with probability ∝ local
+        training size), or by the ``selection`` policy (``fedsim.world.selection``).
         """
         candidates = yield from self.online_clients()
         wanted = self.wanted_updates(fraction)
         count = min(len(candidates), math.ceil(wanted * (1 + over_selection)))
+        if selection is not None and selection.policy != "random":
+            return self._policy(selection).choose(candidates, count)
         sizes = np.array([self.num_train(c) for c in candidates], dtype=float) if by_size else None
         chosen = self.sampling_rng.choice(
             candidates, size=count, replace=False, p=None if sizes is None else sizes / sizes.sum()
         )
         return sorted(int(c) for c in chosen)
+
+    def _policy(self, selection: SelectionConfig) -> Policy:
+        """The policy's state for this run (built at its first selection)."""
+        policy = self._policies.get(selection)
+        if policy is None:
+            report = partial(self.channel_report, report_period_s=selection.report_period_s)
+            policy = build_policy(selection.policy, self.sampling_rng, report)
+            self._policies[selection] = policy
+        return policy
+
+    def channel_report(self, client: int, report_period_s: float | None = None) -> ChannelReport:
+        """What the base station knows of the client's uplink now: the SNR of the pilot it
+        answers a call with, or (``report_period_s``) of its last periodic report."""
+        reports = self._channel_reports.get(report_period_s)
+        if reports is None:
+            if self.network.radio is None:
+                raise ValueError("no channel to report: add a system.radio section")
+            reports = ChannelReports(self.network.radio, report_period_s)
+            self._channel_reports[report_period_s] = reports
+        return reports.report(client, self.env.now)
 
     def online_clients(self) -> Generator[simpy.Event, object, list[int]]:
         """Process body: the present clients online now that may take part, ascending (waits
