@@ -11,14 +11,19 @@ identical but for the links:
 - ``whole_transfer``: the same radio with the pre-link-layer loss rule (a transfer lost whole
   when a fading block it spans is below the threshold, and sent again);
 - ``harq``: the same radio with the default lossy link: NR transport blocks, link
-  adaptation and HARQ, failed blocks drawn per period (no event per block).
+  adaptation and HARQ, failed blocks drawn per period (no event per block);
+- ``pf``: the ``radio`` variant with its band as 51 PRBs given by a proportional-fair
+  scheduler at every fading block (and whenever an upload starts or ends);
+- ``cells7``: the ``radio`` variant on 7 hexagonal cells (ISD 500 m, wrap-around), each
+  reusing the band, every upload's SINR counting the uploads of the other cells.
 
 Each variant's SimPy events are counted in a reference run (with the radio, also how many of
 them are the band's own wake-ups, how many uploads were re-planned at a new fading block,
 and how many re-plans of an upload's rate there were in all); then the same deterministic
 runs are timed with SimPy's own environment, the variants alternating so that both see the
-same machine load. Reported: events/s, and the ratios radio/fixed and harq/whole_transfer
-(the new default over the old rule) of events/s, of events per simulated second and of wall
+same machine load. Reported: events/s, and the ratios radio/fixed, harq/whole_transfer
+(the new default over the old rule), pf/radio and cells7/radio (the cellular model's cost
+beside the single equal-split cell) of events/s, of events per simulated second and of wall
 time per simulated round. With the radio, events/s says little: most of the time goes to
 re-planning uploads, within few events.
 
@@ -49,18 +54,25 @@ RADIO = {
 
 
 LINKS = {"radio": "ideal", "whole_transfer": "whole_transfer", "harq": "harq"}
-RATIOS = {  # the radio's cost; the new default link over the old rule
+CELLULAR = {  # the ideal-link radio with a cellular feature on
+    "pf": {"uplink_sharing": "proportional_fair"},
+    "cells7": {"cells": {"rings": 1, "inter_site_distance_m": 500, "wrap_around": True}},
+}
+RATIOS = {  # the radio's cost; the new default link over the old rule; the cellular model's
     "radio_over_fixed": ("radio", "fixed"),
     "harq_over_whole_transfer": ("harq", "whole_transfer"),
+    "pf_over_radio": ("pf", "radio"),
+    "cells7_over_radio": ("cells7", "radio"),
 }
 
 
-def radio_scenario(fixed: Scenario, link: str = "ideal") -> Scenario:
-    """The same scenario with ``system.radio`` and the given link model: the network keeps
-    only its latency (the radio sets the rates, so a fixed rate may not be given alongside)."""
+def radio_scenario(fixed: Scenario, link: str = "ideal", **extra: object) -> Scenario:
+    """The same scenario with ``system.radio`` and the given link model (and any further
+    radio keys): the network keeps only its latency (the radio sets the rates, so a fixed
+    rate may not be given alongside)."""
     data = fixed.model_dump(exclude_unset=True)
     data["system"]["network"] = {"latency_s": fixed.system.network.latency_s}
-    data["system"]["radio"] = {**RADIO, "link": {"model": link}}
+    data["system"]["radio"] = {**RADIO, "link": {"model": link}, **extra}
     return parse_scenario(data)
 
 
@@ -99,9 +111,11 @@ def counting_radio_work() -> Iterator[dict]:
 
 def compare(clients: int, rounds: int, repeats: int, dataset: str) -> dict:
     fixed = churn_scenario(clients, rounds, dataset)
-    variants = {"fixed": fixed} | {
-        name: radio_scenario(fixed, link) for name, link in LINKS.items()
-    }
+    variants = (
+        {"fixed": fixed}
+        | {name: radio_scenario(fixed, link) for name, link in LINKS.items()}
+        | {name: radio_scenario(fixed, **extra) for name, extra in CELLULAR.items()}
+    )
     data = build_dataset(fixed)  # the radio changes neither the data nor the model
     trainers = build_trainers(fixed, data)
     references, changes = {}, {}

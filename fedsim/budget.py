@@ -363,6 +363,12 @@ def _radio_lines(budgets: list[Budget], name_width: int) -> list[str]:
             + f" {radio['outages']:>9} {radio['retransmissions']:>10} {radio['given_up']:>9}"
             + harq
         )
+    for b in runs:
+        if b.radio.get("prb_deciles"):
+            shares = " ".join(f"{share:.1%}" for share in b.radio["prb_deciles"])
+            lines.append(
+                f"{b.algorithm:>{name_width}} PRB share by SNR decile (low→high): {shares}"
+            )
     lines.append(
         "radio: SNR on the whole uplink band without fading; rates as the transfers got them "
         "(band shares, fading, outages, failed blocks), over the clients that used the link; "

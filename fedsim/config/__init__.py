@@ -121,7 +121,9 @@ from fedsim.config.laws import (
 )
 from fedsim.config.loading import apply_overrides, load_scenario, parse_scenario
 from fedsim.config.radio import (
+    TR38901_KINDS,
     AirCompConfig,
+    CellsConfig,
     D2DPathLossConfig,
     FadingConfig,
     FreeSpacePathLoss,
@@ -132,8 +134,10 @@ from fedsim.config.radio import (
     MacroPathLoss,
     MobilityConfig,
     OllaConfig,
+    OpenLoopPowerControl,
     PathLossConfig,
     PerUploadLink,
+    PrbScheduling,
     RadioConfig,
     UmiStreetCanyonPathLoss,
     WholeTransferLink,
@@ -164,6 +168,10 @@ from fedsim.config.system import (
 from fedsim.config.training import HiddenSizes, ModelConfig, ModelName, ModelShare, TrainingConfig
 
 __all__ = [
+    "TR38901_KINDS",
+    "CellsConfig",
+    "OpenLoopPowerControl",
+    "PrbScheduling",
     "ALGORITHM_NAMES",
     "AlgorithmConfig",
     "AlwaysOnline",

@@ -49,7 +49,66 @@ def _name_is_kind(value: Any) -> Any:
     return {"kind": value} if isinstance(value, str) else value
 
 
-PATH_LOSSES = (MacroPathLoss, LogDistancePathLoss, FreeSpacePathLoss)
+class _Tr38901PathLoss(_Strict):
+    """3GPP TR 38.901 Table 7.4.1-1 (UMa, UMi street canyon, RMa, InH office) between a client
+    and its base station, each client's line of sight drawn (seeded, once per client) from
+    Table 7.4.2-1's LOS probability at its distance; the shadowing σ is the table's for that
+    state (``system.radio.shadowing_db`` does not apply). Heights: null is the scenario's
+    default (TR 38.901 Table 7.2-1: BS 25 m UMa, 10 m UMi, 35 m RMa, 3 m InH; UT 1.5 m, 1 m
+    InH)."""
+
+    kind: str
+    carrier_ghz: Annotated[float, Field(ge=0.5, le=100), NO_BOOL] = Field(
+        default=3.5, description="f_c (RMa is specified up to 30 GHz)"
+    )
+    bs_height_m: Annotated[float, Field(gt=1, le=150), NO_BOOL] | None = None
+    ut_height_m: Annotated[float, Field(ge=1, le=22.5), NO_BOOL] | None = None
+    building_height_m: Annotated[float, Field(ge=5, le=50), NO_BOOL] = Field(
+        default=5.0, description="rma: h, the average building height"
+    )
+    street_width_m: Annotated[float, Field(ge=5, le=50), NO_BOOL] = Field(
+        default=20.0, description="rma: W, the average street width"
+    )
+    inh_office: Literal["mixed", "open"] = Field(
+        default="mixed", description="inh: the LOS probability of a mixed or an open office"
+    )
+    los: Literal["probability", "always", "never"] = "probability"
+    shadowing: bool = Field(default=True, description="the table's log-normal shadowing")
+
+    @model_validator(mode="after")
+    def _rma_up_to_30_ghz(self) -> _Tr38901PathLoss:
+        if self.kind == "rma" and self.carrier_ghz > 30:
+            raise ValueError("carrier_ghz: RMa is specified from 0.5 to 30 GHz")
+        return self
+
+
+class UmaPathLoss(_Tr38901PathLoss):
+    """TR 38.901 urban macro (BS 25 m, ISD 500 m)."""
+
+    kind: Literal["uma"] = "uma"
+
+
+class UmiPathLoss(_Tr38901PathLoss):
+    """TR 38.901 urban micro, street canyon (BS 10 m, ISD 200 m)."""
+
+    kind: Literal["umi"] = "umi"
+
+
+class RmaPathLoss(_Tr38901PathLoss):
+    """TR 38.901 rural macro (BS 35 m, ISD 1732 m)."""
+
+    kind: Literal["rma"] = "rma"
+
+
+class InhPathLoss(_Tr38901PathLoss):
+    """TR 38.901 indoor hotspot, office (BS 3 m on the ceiling, UT 1 m)."""
+
+    kind: Literal["inh"] = "inh"
+
+
+TR38901_PATH_LOSSES = (UmaPathLoss, UmiPathLoss, RmaPathLoss, InhPathLoss)
+TR38901_KINDS = tuple(law.model_fields["kind"].default for law in TR38901_PATH_LOSSES)
+PATH_LOSSES = (MacroPathLoss, LogDistancePathLoss, FreeSpacePathLoss, *TR38901_PATH_LOSSES)
 PathLossConfig = Annotated[tagged_union(PATH_LOSSES, "kind"), BeforeValidator(_name_is_kind)]
 
 
@@ -64,7 +123,7 @@ class UmiStreetCanyonPathLoss(_Strict):
     los: Literal["probability", "always", "never"] = "probability"
 
 
-D2D_PATH_LOSSES = (UmiStreetCanyonPathLoss, *PATH_LOSSES)
+D2D_PATH_LOSSES = (UmiStreetCanyonPathLoss, MacroPathLoss, LogDistancePathLoss, FreeSpacePathLoss)
 D2DPathLossConfig = Annotated[tagged_union(D2D_PATH_LOSSES, "kind"), BeforeValidator(_name_is_kind)]
 
 
@@ -153,12 +212,19 @@ class HarqLink(_Strict):
 class PerUploadLink(_Strict):
     """Chen et al. (TWC 2021): each upload is lost whole with q = 1 − exp(−m/SNR) (its SNR
     when it starts), not retried: the round goes on without it. Downlink and D2D are ideal.
+    With ``sinr_threshold_db``, Yang et al. (TCOM 2020)'s rule instead: lost iff its SINR
+    (interference of other cells included) is below the threshold when it starts.
     The paper lists m = 0.023 "dB": read as dB (m = 1.0053, a waterfall near 0 dB SNR);
     0.023 taken as linear would put the waterfall at −16 dB, below what any code decodes."""
 
     model: Literal["per_upload"] = "per_upload"
     waterfall_db: Annotated[float, Field(ge=-30, le=30), NO_BOOL] = Field(
         default=0.023, description="m in dB (the paper's 0.023 dB)"
+    )
+    sinr_threshold_db: Annotated[float, Field(ge=-30, le=60), NO_BOOL] | None = Field(
+        default=None,
+        description="instead of the waterfall: the upload is decoded iff its SINR when it "
+        "starts is at least this (Yang et al., TCOM 2020)",
     )
 
 
@@ -197,6 +263,81 @@ class MobilityConfig(_Strict):
 
     speed_mps: Annotated[float, Field(gt=0, le=100), NO_BOOL]
     update_s: Annotated[float, Field(ge=0.01, le=MAX_TIME_S), NO_BOOL] = 1.0
+
+
+Numerology = Annotated[Literal[15, 30, 60, 120], NO_BOOL]
+
+
+class PrbScheduling(_Strict):
+    """The uplink band as N PRBs (TS 38.101-1 Table 5.3.2-1), given each scheduling period
+    (and whenever an upload starts or ends) to the uploads under way by a scheduler: round
+    robin (equal PRBs, the left-over ones in turn: ns-3's RrFfMacScheduler), proportional
+    fair (rate now over its β-discounted average: Sionna SYS PFSchedulerSUMIMO) or max rate.
+    The fading is flat over the band, so PF and max rate give a period's band to one upload."""
+
+    scheduler: Literal["round_robin", "proportional_fair", "max_rate"]
+    subcarrier_spacing_khz: Numerology | None = Field(
+        default=None, description="PRBs of 12 subcarriers (null: link harq's, else 30 kHz)"
+    )
+    period_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S), NO_BOOL] | None = Field(
+        default=None, description="null: the fading block (0.1 s without block fading)"
+    )
+    pf_beta: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = Field(
+        default=0.98, description="proportional_fair: the average's discount per period (Sionna)"
+    )
+
+
+def _sharing_shorthand(value: Any) -> Any:
+    """``uplink_sharing: proportional_fair`` is ``{scheduler: proportional_fair}``."""
+    if isinstance(value, str) and value in ("round_robin", "proportional_fair", "max_rate"):
+        return {"scheduler": value}
+    return value
+
+
+UplinkSharing = Annotated[
+    Literal["equal", "fixed", "tdma"] | PrbScheduling, BeforeValidator(_sharing_shorthand)
+]
+
+
+class OpenLoopPowerControl(_Strict):
+    """TS 38.213 §7.1.1 open-loop PUSCH power: P = min(P_CMAX, P0 + 10 log10(2^μ M_PRB) + α PL)
+    (Δ_TF and the closed loop at 0), with P_CMAX the client's ``tx_power_dbm`` and M_PRB the
+    PRBs of its share of the band, re-set whenever the share changes; energy follows P.
+    Defaults: Sionna SYS's open_loop_uplink_power_control (full compensation)."""
+
+    p0_dbm: Annotated[float, Field(ge=-202, le=24), NO_BOOL] = Field(
+        default=-90.0, description="P_O_PUSCH: the target received power per 180 kHz"
+    )
+    alpha: Annotated[float, Field(ge=0, le=1), NO_BOOL] = Field(
+        default=1.0, description="path-loss compensation (TS 38.213: 0, 0.4, ..., 1)"
+    )
+    subcarrier_spacing_khz: Numerology | None = Field(
+        default=None, description="μ (null: the PRB scheduler's or link harq's, else 30 kHz)"
+    )
+
+
+class CellsConfig(_Strict):
+    """Several cells: a hexagonal grid of sites (one omnidirectional base station each), the
+    clients placed over it and attached to the site with the least path loss and shadowing
+    (handing over when another is stronger by the hysteresis); every cell reuses the whole
+    band, and an upload's SINR counts the uploads under way in the other cells (their mean
+    power spectral density at its site, fading averaged). One FL server behind all sites."""
+
+    rings: Annotated[int, Field(ge=0, le=2), NO_BOOL] = Field(
+        default=1, description="0: one site, 1: 7 sites, 2: 19 sites"
+    )
+    inter_site_distance_m: Annotated[float, Field(ge=10, le=1e5), NO_BOOL] = Field(
+        default=500.0, description="ISD (TR 38.901 Table 7.2-1: UMa 500 m, UMi 200 m)"
+    )
+    wrap_around: bool = Field(
+        default=True, description="edge cells see the interference of a centre cell"
+    )
+    interference: bool = True
+    handover_hysteresis_db: Annotated[float, Field(ge=0, le=30), NO_BOOL] = 3.0
+    backhaul_mbps: Annotated[float, Field(gt=0, le=1e6), NO_BOOL] = Field(
+        default=1000.0, description="each site to the server, both ways, per transfer"
+    )
+    backhaul_latency_s: Annotated[float, Field(ge=0, le=10), NO_BOOL] = 0.005
 
 
 class AirCompConfig(_Strict):
@@ -241,7 +382,11 @@ class RadioConfig(_Strict):
     uplink_bandwidth_hz: BandwidthHz = 20e6
     downlink_bandwidth_hz: BandwidthHz = 20e6
     d2d_bandwidth_hz: BandwidthHz = 10e6
-    uplink_sharing: Literal["equal", "fixed", "tdma"] = "equal"
+    uplink_sharing: UplinkSharing = Field(
+        default="equal",
+        description="equal, fixed (sub-bands), tdma, or a PRB scheduler: round_robin, "
+        "proportional_fair, max_rate (or {scheduler: ..., subcarrier_spacing_khz, period_s})",
+    )
     uplink_subbands: Annotated[int, Field(ge=1, le=MAX_COUNT), NO_BOOL] = Field(
         default=10, description="fixed: the band is cut into this many sub-bands, one per upload"
     )
@@ -258,6 +403,12 @@ class RadioConfig(_Strict):
         default=UmiStreetCanyonPathLoss(), description="phone-to-phone links' own law"
     )
     mobility: MobilityConfig | None = None
+    power_control: OpenLoopPowerControl | None = Field(
+        default=None, description="open-loop uplink power control (null: always tx_power_dbm)"
+    )
+    cells: CellsConfig | None = Field(
+        default=None, description="several cells (null: one base station at the centre)"
+    )
     uplink_aggregation: Literal["digital", "aircomp", "obda"] = Field(
         default="digital",
         description="digital: each update its own upload (OFDMA); aircomp: the synchronous "
@@ -288,6 +439,55 @@ class RadioConfig(_Strict):
                 raise ValueError(
                     f"{name}: with link harq the rates come from the MCS table: remove it"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _one_numerology(self) -> RadioConfig:
+        numerologies = {
+            name: value
+            for name, value in (
+                ("uplink_sharing", getattr(self.uplink_sharing, "subcarrier_spacing_khz", None)),
+                ("power_control", getattr(self.power_control, "subcarrier_spacing_khz", None)),
+                ("link", getattr(self.link, "subcarrier_spacing_khz", None)),
+            )
+            if value is not None
+        }
+        if len(set(numerologies.values())) > 1:
+            raise ValueError(
+                "subcarrier_spacing_khz differs between "
+                + ", ".join(f"{k} ({v} kHz)" for k, v in numerologies.items())
+                + ": one numerology for the band"
+            )
+        return self
+
+    @property
+    def subcarrier_spacing_khz(self) -> int:
+        """The band's numerology: the PRB scheduler's, power control's or link harq's."""
+        for part in (self.uplink_sharing, self.power_control, self.link):
+            spacing = getattr(part, "subcarrier_spacing_khz", None)
+            if spacing is not None:
+                return spacing
+        return 30
+
+    @model_validator(mode="after")
+    def _shadowing_by_the_standard(self) -> RadioConfig:
+        default_db = RadioConfig.model_fields["shadowing_db"].default
+        if self.path_loss.kind in TR38901_KINDS and self.shadowing_db != default_db:
+            raise ValueError(
+                f"shadowing_db: path_loss {self.path_loss.kind} takes TR 38.901's σ per LOS "
+                "state: remove it (path_loss.shadowing: false turns shadowing off)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_cell_over_the_air(self) -> RadioConfig:
+        if self.uplink_aggregation != "digital":
+            for name in ("cells", "power_control"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}: the over-the-air slot ({self.uplink_aggregation}) is one "
+                        "cell's, with its own channel inversion: remove one of them"
+                    )
         return self
 
     @model_validator(mode="after")

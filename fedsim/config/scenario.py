@@ -13,11 +13,13 @@ import yaml
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from fedsim.config.algorithms import (
+    CHANNEL_AWARE_POLICIES,
     AlgorithmConfig,
     AsyncServerConfig,
     CoboConfig,
     DecentralizedConfig,
     LocalConfig,
+    SelectionConfig,
     SyncServerConfig,
 )
 from fedsim.config.base import (
@@ -219,6 +221,30 @@ class Scenario(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _channel_aware_selection_needs_a_radio(self) -> Scenario:
+        """A channel-aware policy ranks clients by the uplink SNR the base station knows: that
+        needs a channel (system.radio), and one that a pilot sent before the upload tells
+        something about (block fading; fading re-drawn per transmission is new every time)."""
+        radio = self.system.radio
+        for i, algorithm in enumerate(self.algorithms):
+            policy = algorithm.selection.policy if isinstance(algorithm, SyncServerConfig) else None
+            if policy not in CHANNEL_AWARE_POLICIES:
+                continue
+            if radio is None:
+                raise ValueError(
+                    f"algorithms[{i}].selection.policy: {policy} ranks clients by their "
+                    "uplink SNR: add a system.radio section (the channel), or use random, "
+                    "round_robin or age_based"
+                )
+            if radio.fading.model != "none" and radio.fading.coherence_s is None:
+                raise ValueError(
+                    f"algorithms[{i}].selection.policy: {policy} needs block fading "
+                    "(system.radio.fading.coherence_s): fading re-drawn at every transmission "
+                    "makes a reported SNR say nothing of the upload's"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _renewal_churn_needs_a_time_budget(self) -> Scenario:
         """On/off renewals never stop. A deadline closes every synchronous round, but Local and
         asynchronous runs count completed work, and work longer than the online periods never
@@ -389,12 +415,19 @@ class Scenario(_Strict):
                 compression.pop("peer", None)
             if "consensus_step" in algorithm and algorithm["consensus_step"] is None:
                 del algorithm["consensus_step"]  # D-SGD without a peer codec
+            if algorithm.get("selection") == SelectionConfig().model_dump(mode="json"):
+                del algorithm["selection"]  # random, the only policy before there were others
         radio = data["system"].get("radio")
         if radio is not None:  # an over-the-air uplink's keys at their defaults: as before
             if radio["uplink_aggregation"] == "digital":
                 del radio["uplink_aggregation"]
             if radio["aircomp"] == AirCompConfig().model_dump(mode="json"):
                 del radio["aircomp"]
+            for key in ("power_control", "cells"):  # the cellular keys, off: as before
+                if radio[key] is None:
+                    del radio[key]
+            if radio["link"].get("sinr_threshold_db", 0) is None:
+                del radio["link"]["sinr_threshold_db"]
         return yaml.safe_dump(data, sort_keys=False)
 
 

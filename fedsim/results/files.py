@@ -68,6 +68,13 @@ RADIO_COLUMNS = (
 """radio.csv: outages, retransmissions and given_up count whole transfers (whole_transfer and
 per_upload links); blocks, bler, mean_mcs and harq_retransmissions the transport blocks of the
 harq link (sent, the share that failed, their mean MCS index, the failed ones sent again)."""
+CELLULAR_COLUMNS = (
+    "los", "site", "site_x_m", "site_y_m", "handovers", "prb_share", "mean_tx_power_dbm",
+)  # fmt: skip
+"""radio.csv's further columns with a TR 38.901 law, cells, a PRB scheduler or power control:
+line of sight to the serving site at the start (1/0), the serving site at the end and where it
+is, handovers, the share of the uplink's PRB·seconds the client got (PRB scheduler), and the
+mean power it radiated while uploading (dBm); distance_m is to the serving site."""
 CHANNEL_COLUMNS = ("client", "time_s", "snr_db", "rate_mbps")
 
 

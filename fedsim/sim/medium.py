@@ -31,6 +31,8 @@ from typing import Protocol
 
 import simpy
 
+from fedsim.sim.draws import block_of
+
 # Flows of one shared medium whose completions fall within this relative distance
 # of the earliest one end together, so float noise never splits a simultaneous end.
 SIMULTANEOUS_REL_TOL = 1e-9
@@ -358,11 +360,23 @@ class ChannelLink(Protocol):
     def sending(self) -> bool:
         """Whether the transmitter is on the air now (it may wait for a better channel)."""
 
+    tx_power_w: float  # what the transmitter sends at now (power control changes it)
+
+    def achievable_bps(self, bandwidth_hz: float) -> float:
+        """The rate it would get on bandwidth_hz now, without starting anything (a
+        scheduler's metric)."""
+
+    def radiating(self, on: bool) -> None:
+        """It has a share of the band from now (True, again at each re-plan), or no more."""
+
 
 class ChannelFlow(Flow):
     """A flow whose rate follows its channel; ``rate_bps`` is the rate it sends at now."""
 
-    __slots__ = ("link", "on_sending", "_token", "_ending", "_sending")
+    __slots__ = (
+        "link", "on_sending", "on_power", "share_hz", "_token", "_ending", "_sending",
+        "_power_w",
+    )  # fmt: skip
 
     def __init__(self, medium: Medium, num_bytes: int, link: ChannelLink, seq: int, setup_s: float):
         super().__init__(medium, num_bytes, math.inf, seq, setup_s)
@@ -370,9 +384,17 @@ class ChannelFlow(Flow):
         # Called with False when the transmitter stops sending for a while (below the lowest
         # MCS), True when it starts again: the energy meter follows it.
         self.on_sending: Callable[[bool], None] | None = None
+        self.on_power: Callable[[float], None] | None = None  # its transmit power changed
+        self.share_hz: float | None = None  # a scheduled medium's PRBs (None: the equal share)
+        self._power_w = link.tx_power_w
         self._token = 0  # bumped at every re-plan: its older entries in the agenda are stale
         self._ending = False  # whether its next agenda entry is its end (else a channel change)
         self._sending = True
+
+    @property
+    def tx_power_w(self) -> float:
+        """What its transmitter radiates at while it sends (power control changes it)."""
+        return self._power_w
 
 
 class ChannelMedium(Medium):
@@ -409,6 +431,7 @@ class ChannelMedium(Medium):
         self._agenda: list[tuple[float, int, int, ChannelFlow]] = []  # (due_s, seq, token, flow)
         self._wake_s = math.inf  # the earliest pending wake-up
         self._resplit_pending = False
+        self._rerate_pending = False
 
     @property
     def active(self) -> int:
@@ -468,10 +491,24 @@ class ChannelMedium(Medium):
         for flow in flows:
             flow._token += 1
             flow._set_speed(0.0)  # bank the bits sent so far
-            flow.rate_bps = flow.link.speed_bps(share_hz, flow._remaining_bits())
+            flow_share_hz = share_hz if flow.share_hz is None else flow.share_hz
+            if flow_share_hz <= 0:  # no PRBs this period: it waits for the next
+                flow.rate_bps = 0.0
+                flow.link.radiating(False)
+                if flow._sending:
+                    flow._sending = False
+                    if flow.on_sending is not None:
+                        flow.on_sending(False)
+                continue
+            flow.rate_bps = flow.link.speed_bps(flow_share_hz, flow._remaining_bits())
             if flow.link.failure is not None:  # the radio link failed: the flow with it
                 failed.append(flow)
                 continue
+            flow.link.radiating(True)
+            if flow.link.tx_power_w != flow._power_w:
+                flow._power_w = flow.link.tx_power_w
+                if flow.on_power is not None:
+                    flow.on_power(flow._power_w)
             flow._set_speed(flow.rate_bps)
             if flow.link.sending != flow._sending:
                 flow._sending = not flow._sending
@@ -523,6 +560,7 @@ class ChannelMedium(Medium):
         for flow in sorted(ending, key=lambda f: f._seq):
             del self._sending[flow]
             flow._token += 1
+            flow.link.radiating(False)
             flow._finish()
         if ending:
             self._fill_slots()
@@ -538,6 +576,8 @@ class ChannelMedium(Medium):
             return sent
         was_sending = flow in self._sending
         self._sending.pop(flow, None)
+        if was_sending:
+            flow.link.radiating(False)
         self._in_setup.discard(flow)
         self._fill_slots()
         if was_sending and self.split:
@@ -554,3 +594,120 @@ class ChannelMedium(Medium):
     def _resplit(self, _event: simpy.Event) -> None:
         self._resplit_pending = False
         self._replan(list(self._sending))
+
+    def rerate_soon(self) -> None:
+        """The sending flows' channels changed from outside (other cells' interference):
+        rate them again on the shares they have, at the end of this instant, once."""
+        if not self._rerate_pending and self._sending:
+            self._rerate_pending = True
+            self.env.timeout(0).callbacks.append(self._rerate)
+
+    def _rerate(self, _event: simpy.Event) -> None:
+        self._rerate_pending = False
+        self._replan(list(self._sending))
+
+
+class PrbScheduler(Protocol):
+    """What a ``ScheduledMedium`` asks of a scheduler (``fedsim.sim.scheduler``)."""
+
+    def allocate(
+        self, users: list[int], rate_per_prb_bps: list[float], num_prbs: int
+    ) -> list[int]: ...
+
+    def record(self, users: list[int], achieved_bps: list[float]) -> None: ...
+
+
+class ScheduledMedium(ChannelMedium):
+    """A band of ``num_prbs`` PRBs of ``prb_hz`` given to the sending flows by a scheduler at
+    every scheduling period (at k·period_s) and whenever a flow starts or ends (so no PRB
+    idles while a flow has data); in between a flow keeps its PRBs and its rate follows its
+    channel. A flow given no PRBs waits (draws no transmit power). At each period's end the
+    scheduler learns the rate each flow achieved over it (its proportional-fair averages).
+    The flows' users are their transmitters (``users``), one flow per user at a time."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        num_prbs: int,
+        prb_hz: float,
+        scheduler: PrbScheduler,
+        period_s: float,
+        user_of: Callable[[ChannelLink], int],
+    ) -> None:
+        super().__init__(env, num_prbs * prb_hz, slots=None, split=True)
+        self.num_prbs = num_prbs
+        self.prb_hz = prb_hz
+        self.scheduler = scheduler
+        self.period_s = period_s
+        self._user_of = user_of
+        self._bits_at_period_start: dict[ChannelFlow, float] = {}
+        self._period_armed = False
+        self._allocated_s = env.now
+        self.prbs_given: dict[int, float] = {}  # user -> PRB·seconds over the run
+
+    def share_alone_hz(self) -> float:
+        return self.num_prbs * self.prb_hz
+
+    def _resplit(self, _event: simpy.Event) -> None:
+        """Allocate the PRBs among the sending flows now, then rate them on their PRBs."""
+        self._resplit_pending = False
+        flows = sorted(self._sending, key=lambda f: (self._user_of(f.link), f._seq))
+        if flows:
+            self.bank_prb_time()
+            users = [self._user_of(flow.link) for flow in flows]
+            if len(set(users)) != len(users):
+                raise ValueError("a scheduled medium serves one flow per user at a time")
+            full_hz = self.share_alone_hz()
+            rates = [flow.link.achievable_bps(full_hz) / self.num_prbs for flow in flows]
+            for flow, prbs in zip(
+                flows, self.scheduler.allocate(users, rates, self.num_prbs), strict=True
+            ):
+                flow.share_hz = prbs * self.prb_hz
+                self._bits_at_period_start.setdefault(flow, flow.bytes_sent() * 8.0)
+            self._arm_period()
+        self._replan(flows)
+
+    def bank_prb_time(self) -> None:
+        """Add the PRB·seconds of the allocation that ends now to each user's total."""
+        now = self.env.now
+        since_s = self._allocated_s
+        for flow in self._sending:
+            if flow.share_hz:
+                user = self._user_of(flow.link)
+                prb_s = flow.share_hz / self.prb_hz * (now - since_s)
+                self.prbs_given[user] = self.prbs_given.get(user, 0.0) + prb_s
+        self._allocated_s = now
+
+    def _withdraw(self, flow: ChannelFlow) -> float:  # type: ignore[override]
+        self.bank_prb_time()
+        self._bits_at_period_start.pop(flow, None)
+        return super()._withdraw(flow)
+
+    def _wake(self, _event: simpy.Event) -> None:
+        self.bank_prb_time()
+        super()._wake(_event)
+        for flow in list(self._bits_at_period_start):
+            if flow not in self._sending:
+                del self._bits_at_period_start[flow]
+
+    def _arm_period(self) -> None:
+        if not self._period_armed:
+            self._period_armed = True
+            now = self.env.now
+            end_s = (block_of(now, self.period_s) + 1) * self.period_s
+            self._wake_at(end_s - now, self._period_ends)
+
+    def _period_ends(self, _event: simpy.Event) -> None:
+        """Tell the scheduler what each flow achieved over the period; allocate again."""
+        self._period_armed = False
+        flows = sorted(self._sending, key=lambda f: (self._user_of(f.link), f._seq))
+        if not flows:
+            self._bits_at_period_start.clear()
+            return
+        achieved = []
+        for flow in flows:
+            bits = flow.bytes_sent() * 8.0
+            achieved.append((bits - self._bits_at_period_start.get(flow, bits)) / self.period_s)
+            self._bits_at_period_start[flow] = bits
+        self.scheduler.record([self._user_of(f.link) for f in flows], achieved)
+        self._resplit_soon()

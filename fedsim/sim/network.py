@@ -46,10 +46,12 @@ from fedsim.sim.medium import (
     FifoMedium,
     Flow,
     Medium,
+    ScheduledMedium,
     SharedMedium,
     TransmissionLost,
 )
 from fedsim.sim.radio import DOWNLINK, UPLINK, Radio, RadioLink
+from fedsim.sim.scheduler import UplinkScheduling, make_scheduler, num_prbs, prb_hz
 from fedsim.sim.topology import peer_route
 
 UPLINK_MEDIA = ("parallel", "tdma", "shared")
@@ -97,7 +99,7 @@ class Network:
         graph: nx.Graph | None = None,
         relay: bool = False,
         radio: Radio | None = None,
-        uplink_sharing: str = "equal",
+        uplink_sharing: str | UplinkScheduling = "equal",
         uplink_subbands: int = 1,
         latency_s: float = 0.0,
     ) -> None:
@@ -131,16 +133,65 @@ class Network:
         self._transmitter: Medium = FifoMedium(env)
         self._d2d: Medium = DedicatedMedium(env)
 
-    def _radio_media(self, radio: Radio, uplink_sharing: str, uplink_subbands: int) -> None:
-        if uplink_sharing not in UPLINK_SHARING:
-            raise ValueError(f"uplink_sharing must be one of {UPLINK_SHARING}")
+    def _radio_media(
+        self, radio: Radio, uplink_sharing: str | UplinkScheduling, uplink_subbands: int
+    ) -> None:
+        """The uplink band of every site (each cell reuses it), the downlink transmitter and
+        the D2D links. Other cells' uploads re-rate a cell's uploads (interference)."""
         settings, env = radio.settings, self.env
-        slots = {"equal": None, "fixed": uplink_subbands, "tdma": 1}[uplink_sharing]
-        self._uplink = ChannelMedium(
-            env, settings.uplink_bandwidth_hz, slots=slots, split=uplink_sharing == "equal"
-        )
+        self._uplinks = [
+            self._uplink_band(radio, uplink_sharing, uplink_subbands)
+            for _ in range(radio.num_sites)
+        ]
+        self._uplink = self._uplinks[0]
+        if isinstance(uplink_sharing, UplinkScheduling):
+            radio.prb_seconds = self._prb_seconds
+        if radio.num_sites > 1:
+            radio.on_interference_change = self._interference_changed
         self._transmitter = ChannelMedium(env, settings.downlink_bandwidth_hz, slots=1, split=False)
         self._d2d = ChannelMedium(env, settings.d2d_bandwidth_hz, slots=None, split=False)
+
+    def _uplink_band(
+        self, radio: Radio, uplink_sharing: str | UplinkScheduling, uplink_subbands: int
+    ) -> ChannelMedium:
+        bandwidth_hz = radio.settings.uplink_bandwidth_hz
+        if isinstance(uplink_sharing, UplinkScheduling):
+            spacing_khz = uplink_sharing.subcarrier_spacing_khz
+            scheduler = make_scheduler(uplink_sharing.scheduler, uplink_sharing.pf_beta)
+            return ScheduledMedium(
+                self.env, num_prbs(bandwidth_hz, spacing_khz), prb_hz(spacing_khz), scheduler,
+                uplink_sharing.period_s, user_of=lambda link: link.receivers[0],
+            )  # fmt: skip
+        if uplink_sharing not in UPLINK_SHARING:
+            raise ValueError(f"uplink_sharing must be one of {UPLINK_SHARING}")
+        slots = {"equal": None, "fixed": uplink_subbands, "tdma": 1}[uplink_sharing]
+        return ChannelMedium(self.env, bandwidth_hz, slots=slots, split=uplink_sharing == "equal")
+
+    def _prb_seconds(self) -> dict[int, float]:
+        """PRB·seconds each client's uploads got, over every site's band."""
+        given: dict[int, float] = {}
+        for band in self._uplinks:
+            if isinstance(band, ScheduledMedium):
+                band.bank_prb_time()
+                for client, prb_s in band.prbs_given.items():
+                    given[client] = given.get(client, 0.0) + prb_s
+        return given
+
+    def _interference_changed(self) -> None:
+        for medium in self._uplinks:
+            medium.rerate_soon()
+
+    @property
+    def uplink_bands(self) -> list[ChannelMedium]:
+        """Each site's uplink band (with the radio)."""
+        return self._uplinks
+
+    def _backhaul_s(self, num_bytes: int) -> float:
+        """A site to the server or back (several cells), on a dedicated fixed-rate link."""
+        cells = self.radio.settings.cells if self.radio is not None else None
+        if cells is None:
+            return 0.0
+        return cells.backhaul_latency_s + 8.0 * num_bytes / cells.backhaul_bps
 
     def uplink_time_s(self, client: int, num_bytes: int) -> float:
         """Alone on its link; with the radio, on the share of the band one upload gets, at
@@ -313,14 +364,25 @@ class Network:
         fewer to resume at every event of the upload.
         """
         if self.radio is not None:
-            return self._transfer(
-                self._uplink, "uplink", client, (), num_bytes,
-                lambda _: self.radio.uplink(client), self.latency_s,
+            radio = self.radio
+            site = radio.serving_site(client)
+            transfer = self._transfer(
+                self._uplinks[site], "uplink", client, (), num_bytes,
+                lambda _: radio.uplink(client, site), self.latency_s,
             )  # fmt: skip
+            return self._then_backhaul(transfer, num_bytes) if radio.settings.cells else transfer
         link = self.links[client]
         return self._transfer(
             self._uplink, "uplink", client, (), num_bytes, link.uplink_bps, link.latency_s
         )
+
+    def _then_backhaul(
+        self, transfer: Generator[simpy.Event, None, tuple[list[int], float]], num_bytes: int
+    ) -> Generator[simpy.Event, None, tuple[list[int], float]]:
+        """The upload, then its site forwards it to the server."""
+        result = yield from transfer
+        yield self.env.timeout(self._backhaul_s(num_bytes))
+        return result
 
     def send_down(self, clients: Sequence[int], num_bytes: int) -> dict[int, simpy.Event]:
         """Start sending the same payload to every client of the group.
@@ -338,6 +400,8 @@ class Network:
         self, groups: list[list[int]], num_bytes: int, delivered: dict[int, simpy.Event]
     ) -> Generator[simpy.Event, None, None]:
         requested_s = self.env.now
+        if self.radio is not None and self.radio.settings.cells:  # the server to the sites
+            yield self.env.timeout(self._backhaul_s(num_bytes))
         for group in groups:
             links: list[RadioLink] = []  # the radio's attempts, to learn whose link failed
             if self.radio is None:

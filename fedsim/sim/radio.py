@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedsim.sim.cells import HexGrid, serving_site
 from fedsim.sim.draws import (
     FADING,
     HARQ,
@@ -47,7 +48,8 @@ from fedsim.sim.draws import (
 from fedsim.sim.geometry import RandomWaypoint
 from fedsim.sim.link import Harq, HarqSettings, HarqTally, Period
 from fedsim.sim.medium import TransmissionLost
-from fedsim.sim.pathloss import PathLoss, UmiStreetCanyon
+from fedsim.sim.pathloss import PathLoss, Tr38901, UmiStreetCanyon
+from fedsim.sim.scheduler import open_loop_power_dbm, prb_hz
 
 UPLINK, DOWNLINK, D2D = 0, 1, 2  # direction codes in the hashed draws
 LINK_MODELS = ("ideal", "harq", "per_upload", "whole_transfer")
@@ -85,13 +87,37 @@ class LinkSettings:
     model: str = "ideal"
     harq: HarqSettings = HarqSettings()
     waterfall_m: float = 10.0 ** (0.023 / 10.0)  # per_upload: m, linear
+    sinr_threshold: float | None = None  # per_upload: decoded iff SINR >= this (linear)
+
+
+@dataclass(frozen=True)
+class PowerControl:
+    """Open-loop uplink power (TS 38.213 §7.1.1): min(P_max, P0 + 10 log10(2^μ M_PRB) + α PL)
+    on the PRBs M_PRB of the transmitter's share of the band, PL its large-scale loss."""
+
+    p0_dbm: float = -90.0
+    alpha: float = 1.0
+    subcarrier_spacing_khz: int = 30
+
+
+@dataclass(frozen=True)
+class CellSettings:
+    """Several sites (``fedsim.sim.cells``): attachment with hysteresis, other cells' uploads
+    as interference on the uplink, a backhaul from every site to the server."""
+
+    grid: HexGrid
+    interference: bool = True
+    hysteresis_db: float = 3.0
+    backhaul_bps: float = 1e9
+    backhaul_latency_s: float = 0.005
 
 
 @dataclass(frozen=True)
 class RadioSettings:
     """The radio's fixed parameters (the per-client draws are given to ``Radio``)."""
 
-    path_loss: PathLoss = PathLoss()
+    path_loss: PathLoss | Tr38901 = PathLoss()
+    line_of_sight: str = "probability"  # a TR 38.901 law: probability | always | never
     fading: Fading = Fading()
     shadowing_db: float = 0.0
     shadowing_coherence_s: float | None = None  # None: one draw per client for the run
@@ -110,6 +136,8 @@ class RadioSettings:
     d2d_path_loss: PathLoss | UmiStreetCanyon = UmiStreetCanyon()
     speed_mps: float | None = None  # random waypoint mobility, when set
     update_s: float = 1.0
+    power_control: PowerControl | None = None
+    cells: CellSettings | None = None
 
     def __post_init__(self) -> None:
         if self.link.model not in LINK_MODELS:
@@ -130,6 +158,8 @@ class LinkStats:
     retransmissions: int = 0
     given_up: int = 0
     blocks: HarqTally = field(default_factory=HarqTally)  # harq: its transport blocks
+    uplink_joules: float = 0.0  # radiated (power control: what it used), for radio.csv
+    handovers: int = 0
 
 
 class Radio:
@@ -144,8 +174,10 @@ class Radio:
         shadowing_db: np.ndarray,
         key: int,
     ) -> None:
-        """positions_m: (clients, 2) around the base station at the origin; tx_power_dbm and
-        shadowing_db: per client (the shadowing of the run, or of its first block)."""
+        """positions_m: (clients, 2) around the base station at the origin (with cells: over
+        the grid); tx_power_dbm and shadowing_db: per client (the shadowing of the run, or of
+        its first block, towards the first site; with a TR 38.901 law in units of its σ, the
+        standard normal draw, as σ follows the client's line of sight)."""
         self.settings = settings
         self.now = clock
         self.key = key
@@ -156,11 +188,19 @@ class Radio:
         self._noise_w_per_hz = float(
             dbm_to_watts(settings.noise_density_dbm_per_hz + settings.noise_figure_db)
         )
-        distance_m = np.maximum(
-            np.hypot(self.start_positions_m[:, 0], self.start_positions_m[:, 1]),
-            settings.min_distance_m,
-        )
-        self._static_loss_db = np.asarray(settings.path_loss.db(distance_m)) + self._shadowing_db
+        self._standard = isinstance(settings.path_loss, Tr38901)
+        self._sites_m = settings.cells.grid.sites_m() if settings.cells else np.zeros((1, 2))
+        self._site_loss_db = self._static_site_losses_db()  # (clients, sites)
+        self._serving = [
+            serving_site(row) if settings.cells else 0 for row in self._site_loss_db
+        ]  # (last update block, site) with mobility, updated when asked
+        self._serving_block = [0] * len(self._serving)
+        self._static_loss_db = self._site_loss_db[np.arange(len(self._serving)), self._serving]
+        self._transmitting: dict[int, tuple[int, float]] = {}  # client -> (site, power W)
+        self._interference: dict[int, float] = {}  # site -> W/Hz, while the transmitters stay
+        self.interference_epoch = 0
+        self.on_interference_change: Callable[[], None] | None = None  # set by the network
+        self.prb_seconds: Callable[[], dict[int, float]] | None = None  # a PRB scheduler's
         outage = settings.outage
         threshold = outage is not None and outage.model == "threshold"
         self._min_snr = 10.0 ** (outage.snr_threshold_db / 10.0) if threshold else 0.0
@@ -188,6 +228,80 @@ class Radio:
     def num_clients(self) -> int:
         return len(self.start_positions_m)
 
+    @property
+    def num_sites(self) -> int:
+        return len(self._sites_m)
+
+    @property
+    def sites_m(self) -> np.ndarray:
+        return self._sites_m
+
+    @property
+    def cellular(self) -> bool:
+        """Whether a cellular feature is on (TR 38.901 law, cells, PRB scheduler, power
+        control): radio.csv then carries their columns."""
+        s = self.settings
+        return bool(self._standard or s.cells or s.power_control or self.prb_seconds)
+
+    @property
+    def cellular_law(self) -> bool:
+        return self._standard
+
+    def start_line_of_sight(self, client: int) -> bool:
+        """Whether the client saw its serving site at the start (TR 38.901 laws)."""
+        site = self._serving[client] if self.settings.speed_mps is None else 0
+        position = self.start_positions_m[client : client + 1]
+        if self.settings.cells:
+            distance_m = float(self.settings.cells.grid.distances_m(position)[0, site])
+        else:
+            distance_m = float(np.hypot(*position[0]))
+        return self.line_of_sight(client, max(distance_m, self.settings.min_distance_m), site)
+
+    def _static_site_losses_db(self) -> np.ndarray:
+        """Path loss plus shadowing from every client to every site at the start. The first
+        site's shadowing is the draw given; the others' are hashed (one per client and site)."""
+        settings = self.settings
+        positions_m = self.start_positions_m
+        if settings.cells is None:
+            distance_m = np.maximum(
+                np.hypot(positions_m[:, 0], positions_m[:, 1]), settings.min_distance_m
+            )[:, None]
+        else:
+            distance_m = np.maximum(
+                settings.cells.grid.distances_m(positions_m), settings.min_distance_m
+            )
+        losses_db = np.empty_like(distance_m)
+        for site in range(distance_m.shape[1]):
+            column = distance_m[:, site]
+            if site == 0:
+                normal = self._shadowing_db
+            else:
+                normal = np.array([
+                    hashed_normal_pair(self.key, SHADOWING, client, -site)[0]
+                    for client in range(len(column))
+                ])  # fmt: skip
+            if not self._standard:
+                shadowing_db = normal if site == 0 else settings.shadowing_db * normal
+                losses_db[:, site] = np.asarray(settings.path_loss.db(column)) + shadowing_db
+                continue
+            for client, d in enumerate(column):
+                los = self.line_of_sight(client, float(d), site)
+                sigma_db = settings.path_loss.shadowing_std_db(float(d), los)
+                losses_db[client, site] = (
+                    settings.path_loss.db(float(d), los) + sigma_db * normal[client]
+                )
+        return losses_db
+
+    def line_of_sight(self, client: int, distance_m: float, site: int = 0) -> bool:
+        """Whether the client sees the site (a TR 38.901 law; other laws: True): one uniform
+        per client and site for the run against the LOS probability at the distance, so a
+        moving client gains and loses sight as it nears and leaves."""
+        mode = self.settings.line_of_sight
+        if not self._standard or mode != "probability":
+            return mode != "never"
+        draw = hashed_uniform(self.key, LOS, -1 - site, client)
+        return draw < self.settings.path_loss.los_probability(distance_m)
+
     # --- large scale: distance, path loss, shadowing ---
 
     def position_m(self, client: int, time_s: float | None = None) -> tuple[float, float]:
@@ -204,23 +318,122 @@ class Radio:
             self._walkers[client] = walker
         return walker.position(self.now() if time_s is None else time_s)
 
-    def _shadowing_at(self, client: int, time_s: float) -> float:
+    def _shadowing_normal(self, client: int, time_s: float, site: int) -> float:
+        """The client's shadowing towards the site in the block holding time_s, in units of σ
+        (or in dB, for the first site's first block of a law with a fixed σ)."""
         period_s = self.settings.shadowing_coherence_s
         block = block_of(time_s, period_s) if period_s else 0
         if block == 0:
-            return float(self._shadowing_db[client])
-        normal, _ = hashed_normal_pair(self.key, SHADOWING, client, block)
-        return self.settings.shadowing_db * normal
+            if site == 0:
+                return float(self._shadowing_db[client])
+            return hashed_normal_pair(self.key, SHADOWING, client, -site)[0]
+        counters = (client, block) if site == 0 else (client, block, site)
+        return hashed_normal_pair(self.key, SHADOWING, *counters)[0]
 
-    def large_scale_loss_db(self, client: int, time_s: float | None = None) -> float:
-        """Path loss plus shadowing between the client and the base station, in dB."""
+    def large_scale_loss_db(
+        self, client: int, time_s: float | None = None, site: int | None = None
+    ) -> float:
+        """Path loss plus shadowing between the client and a site (default: its serving
+        site), in dB."""
         s = self.settings
         if s.speed_mps is None and not s.shadowing_coherence_s:
-            return float(self._static_loss_db[client])
+            if site is None:
+                return float(self._static_loss_db[client])
+            return float(self._site_loss_db[client, site])
         time_s = self.now() if time_s is None else time_s
+        if site is None:
+            site = self.serving_site(client, time_s)
         x, y = self.position_m(client, time_s)
-        distance_m = max(math.hypot(x, y), s.min_distance_m)
-        return float(s.path_loss.db(distance_m)) + self._shadowing_at(client, time_s)
+        if s.cells is None:
+            distance_m = max(math.hypot(x, y), s.min_distance_m)
+        else:
+            distance_m = max(
+                float(s.cells.grid.distances_m(np.array([[x, y]]))[0, site]), s.min_distance_m
+            )
+        normal = self._shadowing_normal(client, time_s, site)
+        if self._standard:
+            los = self.line_of_sight(client, distance_m, site)
+            sigma_db = s.path_loss.shadowing_std_db(distance_m, los)
+            return float(s.path_loss.db(distance_m, los)) + sigma_db * normal
+        if site != 0 or (s.shadowing_coherence_s and block_of(time_s, s.shadowing_coherence_s)):
+            normal *= s.shadowing_db
+        return float(s.path_loss.db(distance_m)) + normal
+
+    def serving_site(self, client: int, time_s: float | None = None) -> int:
+        """The site the client is attached to: the strongest at the start; a moving client (or
+        one whose shadowing changes) is handed over, at each of its position updates, to a
+        site stronger than its own by the hysteresis. Times must increase per client."""
+        cells = self.settings.cells
+        s = self.settings
+        if cells is None or (s.speed_mps is None and not s.shadowing_coherence_s):
+            return self._serving[client]
+        time_s = self.now() if time_s is None else time_s
+        period_s = min(
+            p for p in (s.update_s if s.speed_mps else None, s.shadowing_coherence_s) if p
+        )
+        block = block_of(time_s, period_s)
+        if block > self._serving_block[client]:
+            self._serving_block[client] = block
+            losses_db = np.array([
+                self.large_scale_loss_db(client, time_s, site) for site in range(self.num_sites)
+            ])  # fmt: skip
+            site = serving_site(losses_db, self._serving[client], cells.hysteresis_db)
+            if site != self._serving[client]:
+                self._serving[client] = site
+                self.stats[client].handovers += 1
+        return self._serving[client]
+
+    # --- interference (several cells) ---
+
+    def set_transmitting(self, client: int, site: int, power_w: float | None) -> None:
+        """The client's upload to the site is on the air at power_w now (None: it stopped):
+        the other sites' interference changes, and the network re-rates their uploads."""
+        cells = self.settings.cells
+        if cells is None or not cells.interference or self.num_sites == 1:
+            return
+        now = (site, power_w) if power_w is not None else None
+        if self._transmitting.get(client) == now:
+            return
+        if now is None:
+            del self._transmitting[client]
+        else:
+            self._transmitting[client] = now
+        self._interference.clear()
+        self.interference_epoch += 1
+        if self.on_interference_change is not None:
+            self.on_interference_change()
+
+    def interference_w_per_hz(self, site: int) -> float:
+        """The mean interference density at the site from uploads on the air in other cells:
+        Σ p·g / B with g the large-scale gain (fading averaged; ``cells.interference_w_per_hz``
+        says why a share of the band does not matter)."""
+        if not self._transmitting:
+            return 0.0
+        cached = self._interference.get(site)
+        if cached is None:
+            cached = (
+                sum(
+                    power_w * 10.0 ** (-self.large_scale_loss_db(client, site=site) / 10.0)
+                    for client, (serving, power_w) in self._transmitting.items()
+                    if serving != site
+                )
+                / self.settings.uplink_bandwidth_hz
+            )
+            self._interference[site] = cached
+        return cached
+
+    def uplink_power_w(self, client: int, bandwidth_hz: float) -> float:
+        """What the client transmits at on bandwidth_hz of the uplink: its maximum, or with
+        power control P0 + 10 log10(2^μ M_PRB) + α PL capped at it."""
+        control = self.settings.power_control
+        if control is None:
+            return float(self.tx_power_w[client])
+        prbs = bandwidth_hz / prb_hz(control.subcarrier_spacing_khz)
+        power_dbm = open_loop_power_dbm(
+            control.p0_dbm, control.alpha, self.large_scale_loss_db(client), prbs,
+            10.0 * math.log10(self.tx_power_w[client] * 1000.0), control.subcarrier_spacing_khz,
+        )  # fmt: skip
+        return float(dbm_to_watts(power_dbm))
 
     def pair_loss_db(self, a: int, b: int) -> float:
         """Path loss between two clients (D2D) by the D2D law, at their current positions;
@@ -333,8 +546,10 @@ class Radio:
 
     # --- links: what a medium asks about a transfer in progress ---
 
-    def uplink(self, client: int) -> RadioLink:
-        return RadioLink(self, UPLINK, [client], float(self.tx_power_w[client]))
+    def uplink(self, client: int, site: int = 0) -> RadioLink:
+        """An upload from the client to the site (several cells: its serving site when the
+        upload started; it stays there until it ends)."""
+        return RadioLink(self, UPLINK, [client], float(self.tx_power_w[client]), site=site)
 
     def downlink(self, clients: Sequence[int]) -> RadioLink:
         return RadioLink(self, DOWNLINK, list(clients), self._base_station_w)
@@ -357,6 +572,8 @@ class Radio:
                 stats.downlink_air_s += air_s
             stats.outages += client in link.missed
             stats.retransmissions += attempt > 0
+            if link.direction == UPLINK:
+                stats.uplink_joules += link.radiated_j
 
     def note_given_up(self, link: RadioLink) -> None:
         for client in link.missed if link.direction != D2D else [link.peer]:
@@ -371,8 +588,12 @@ class Radio:
 
     def upload_lost(self, link: RadioLink) -> bool:
         """per_upload: whether the upload is lost, once, with q = 1 − exp(−m/SNR) at the SNR
-        it started at (its first block, on the share it had then)."""
+        it started at (its first block, on the share it had then), or, with an SINR threshold,
+        iff that SINR (other cells' interference included) is below it."""
         snr = link.first_snr
+        threshold = self.settings.link.sinr_threshold
+        if threshold is not None:
+            return snr < threshold
         q = 1.0 - math.exp(-self.settings.link.waterfall_m / snr) if snr > 0 else 1.0
         [client] = link.receivers
         return hashed_uniform(self.key, UPLOAD, client, link.transmission_of(client)) < q
@@ -394,8 +615,13 @@ class RadioLink:
     radio: Radio
     direction: int
     receivers: list[int]
-    power_w: float
+    power_w: float  # the transmitter's maximum (without power control: what it sends at)
     peer: int = -1  # d2d: the sender
+    site: int = 0  # uplink: the site it is received at (several cells)
+    tx_power_w: float = 0.0  # uplink: what it transmits at now (power control)
+    radiated_j: float = 0.0  # uplink: energy radiated so far
+    _radiating_since_s: float = math.inf
+    _epoch: int = -1  # the radio's interference epoch its state was computed in
     missed: set[int] = field(default_factory=set)
     _transmission: dict[int, int] = field(default_factory=dict)
     _gain_hz: dict[int, float] = field(default_factory=dict)
@@ -413,6 +639,7 @@ class RadioLink:
     _draw_keys: dict[int, int] = field(default_factory=dict)  # harq: per receiver
 
     def __post_init__(self) -> None:
+        self.tx_power_w = self.power_w
         for receiver in self.receivers:
             entity, other = self._entity(receiver)
             self._transmission[receiver] = self.radio.transmission_index(
@@ -429,15 +656,21 @@ class RadioLink:
     def _loss_db(self, receiver: int) -> float:
         if self.direction == D2D:
             return self.radio.pair_loss_db(self.peer, receiver)
+        if self.direction == UPLINK and self.radio.settings.cells:
+            return self.radio.large_scale_loss_db(receiver, site=self.site)
         return self.radio.large_scale_loss_db(receiver)
 
     def _state(self) -> dict[int, float]:
-        """Each receiver's p·g/N0 (Hz) now, drawn at the first call of each block."""
+        """Each receiver's p·g/(N0 + I) (Hz) now, drawn at the first call of each block (and
+        again when other cells' uploads change the interference I)."""
         radio = self.radio
         now = radio.now()
-        if now < self._valid_until_s:
+        if now < self._valid_until_s and self._epoch == radio.interference_epoch:
             return self._gain_hz
+        self._epoch = radio.interference_epoch
         noise_w_per_hz = radio.noise_w(1.0)
+        if self.direction == UPLINK and radio._transmitting:
+            noise_w_per_hz += radio.interference_w_per_hz(self.site)
         for receiver in self.receivers:
             entity, _ = self._entity(receiver)
             fading = radio.fading_gain(entity, self.direction, now, self._transmission[receiver])
@@ -449,12 +682,43 @@ class RadioLink:
         self._valid_until_s = min(radio.next_change_s(c, now) for c in clients)
         return self._gain_hz
 
+    def _powered(self, bandwidth_hz: float) -> dict[int, float]:
+        """The state at the power sent on bandwidth_hz (power control scales it down)."""
+        state = self._state()
+        if self.direction != UPLINK or self.radio.settings.power_control is None:
+            return state
+        [client] = self.receivers
+        self.tx_power_w = self.radio.uplink_power_w(client, bandwidth_hz)
+        scale = self.tx_power_w / self.power_w
+        return {receiver: gain_hz * scale for receiver, gain_hz in state.items()}
+
+    def achievable_bps(self, bandwidth_hz: float) -> float:
+        """The rate the weakest receiver would get on bandwidth_hz now (a scheduler's metric):
+        the link's rate (with harq, the delivered rate of the MCS it would pick)."""
+        snr = min(self._powered(bandwidth_hz).values()) / bandwidth_hz
+        return self.radio.rate_bps(bandwidth_hz, snr, self.direction)
+
+    def radiating(self, on: bool) -> None:
+        """The uplink transmitter is on the air (at tx_power_w) from now, or stops: its
+        radiated energy, and the interference it causes in other cells."""
+        if self.direction != UPLINK:
+            return
+        now = self.radio.now()
+        if self._radiating_since_s < now:
+            self.radiated_j += self.tx_power_w * (now - self._radiating_since_s)
+        self._radiating_since_s = now if on else math.inf
+        harq = self.radio.harq.get(UPLINK)
+        if not on and harq is not None:  # it lost its PRBs, or ended: its blocks so far
+            self._settle(harq, now)
+        [client] = self.receivers
+        self.radio.set_transmitting(client, self.site, self.tx_power_w if on else None)
+
     def rate_bps(self, bandwidth_hz: float) -> float:
         """The rate on this band share now, for the weakest receiver that can decode (every
         member of a broadcast). Called when a block or the share begins: it also notes which
         receivers lose this block (outage)."""
         radio = self.radio
-        state = self._state()
+        state = self._powered(bandwidth_hz)
         if radio.settings.outage is None:  # nobody loses a block: the weakest sets the rate
             return radio.rate_bps(bandwidth_hz, min(state.values()) / bandwidth_hz)
         snrs = {r: gain_hz / bandwidth_hz for r, gain_hz in state.items()}
@@ -476,7 +740,7 @@ class RadioLink:
         if harq is None:
             rate_bps = self.rate_bps(bandwidth_hz)
             if not self.first_snr:
-                self.first_snr = min(self._gain_hz.values()) / bandwidth_hz
+                self.first_snr = min(self._powered(bandwidth_hz).values()) / bandwidth_hz
             return rate_bps
         return self._harq_speed(harq, bandwidth_hz, remaining_bits)
 
@@ -497,7 +761,7 @@ class RadioLink:
         ):
             period.rescale(now, harq.blocks_per_s(bandwidth_hz))
             return period.speed_bps
-        state = self._state()
+        state = self._powered(bandwidth_hz)
         self._settle(harq, now)
         lowest_db = harq.lowest_threshold_db(bandwidth_hz)
         occupied_hz = harq.occupied_hz(bandwidth_hz)

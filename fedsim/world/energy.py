@@ -44,6 +44,7 @@ class DeviceEnergy:
         self.cpu = cpu
         self.cpu_hz = cpu_hz
         self.tx_w = tx_w + config.circuit_power_w
+        self.power_controlled = radio is not None and radio.settings.power_control is not None
         battery = config.battery
         capacity_j = battery.capacity_j.sample(rng, num_clients) if battery else None
         self.meter = EnergyMeter(env, num_clients, capacity_j, on_empty)
@@ -81,9 +82,10 @@ class DeviceEnergy:
             if flow.cancelled or flow.done.triggered:
                 return  # cut during its queue or set-up, or empty: it never sent a bit
             if sender is not None:
-                power_w[self._draw(draws, sender, "tx", float(self.tx_w[sender]), on_air[0])] = (
-                    float(self.tx_w[sender])
-                )
+                tx_w = float(self.tx_w[sender])
+                if controlled:  # power control: what it radiates now, and the circuits
+                    tx_w = flow.tx_power_w + self.config.circuit_power_w
+                power_w[self._draw(draws, sender, "tx", tx_w, on_air[0])] = tx_w
             if rx_w > 0:
                 for r in receivers:
                     if self.is_online(r):
@@ -96,6 +98,15 @@ class DeviceEnergy:
 
         if hasattr(flow, "on_sending"):
             flow.on_sending = sending
+        controlled = sender is not None and self.power_controlled and hasattr(flow, "on_power")
+        if controlled:
+
+            def radiates(tx_w: float) -> None:
+                if draws:  # the sender's draw is the first
+                    power_w[draws[0]] = tx_w + self.config.circuit_power_w
+                    self.meter.set_power(draws[0], power_w[draws[0]] if on_air[0] else 0.0)
+
+            flow.on_power = radiates
 
         def served() -> None:
             if flow.setup_s > 0:

@@ -13,6 +13,7 @@ import numpy as np
 import simpy
 
 from fedsim.config import (
+    TR38901_KINDS,
     D2DPathLossConfig,
     LinkConfig,
     PathLossConfig,
@@ -20,15 +21,30 @@ from fedsim.config import (
     Scenario,
     ScenarioError,
 )
-from fedsim.results.files import CHANNEL_COLUMNS, CHANNEL_FILE, RADIO_COLUMNS, RADIO_FILE
+from fedsim.results.files import (
+    CELLULAR_COLUMNS,
+    CHANNEL_COLUMNS,
+    CHANNEL_FILE,
+    RADIO_COLUMNS,
+    RADIO_FILE,
+)
+from fedsim.sim.cells import HexGrid
 from fedsim.sim.draws import Fading
 from fedsim.sim.events import EventLog
 from fedsim.sim.geometry import place_in_annulus
 from fedsim.sim.link import HarqSettings
 from fedsim.sim.network import Link, Network
-from fedsim.sim.pathloss import PathLoss, UmiStreetCanyon
-from fedsim.sim.radio import LinkSettings, Outage, Radio, RadioSettings
+from fedsim.sim.pathloss import PathLoss, Tr38901, UmiStreetCanyon
+from fedsim.sim.radio import (
+    CellSettings,
+    LinkSettings,
+    Outage,
+    PowerControl,
+    Radio,
+    RadioSettings,
+)
 from fedsim.sim.readers import DeviceProfile, read_positions
+from fedsim.sim.scheduler import UplinkScheduling
 from fedsim.sim.topology import assign_edge_rates, build_graph
 from fedsim.streams import RandomStreams
 
@@ -55,7 +71,7 @@ def build_network(
     if system.radio is not None:
         radio = build_radio(system.radio, env, streams, num_clients)
         return Network(
-            env, {}, radio=radio, uplink_sharing=system.radio.uplink_sharing,
+            env, {}, radio=radio, uplink_sharing=uplink_sharing(system.radio),
             uplink_subbands=system.radio.uplink_subbands, latency_s=network.latency_s, **common,
         )  # fmt: skip
     if profiles is not None:  # a device trace: the i-th profile is client i's
@@ -81,17 +97,58 @@ def build_network(
     )
 
 
+def uplink_sharing(config: RadioConfig) -> str | UplinkScheduling:
+    """equal, fixed, tdma, or a PRB scheduler's settings (its period: the fading block)."""
+    sharing = config.uplink_sharing
+    if isinstance(sharing, str):
+        return sharing
+    fading = config.fading
+    block_s = fading.coherence_s if fading.model != "none" and fading.coherence_s else 0.1
+    return UplinkScheduling(
+        sharing.scheduler, config.subcarrier_spacing_khz, sharing.period_s or block_s,
+        sharing.pf_beta,
+    )  # fmt: skip
+
+
+def cell_grid(config: RadioConfig) -> HexGrid | None:
+    cells = config.cells
+    if cells is None:
+        return None
+    return HexGrid(cells.rings, cells.inter_site_distance_m, cells.wrap_around and cells.rings > 0)
+
+
 def radio_settings(config: RadioConfig) -> RadioSettings:
     link = config.link
+    grid = cell_grid(config)
+    cells = config.cells
+    law = config.path_loss
+    standard = law.kind in TR38901_KINDS
     return RadioSettings(
-        path_loss=path_loss(config.path_loss),
+        path_loss=path_loss(law),
+        line_of_sight=law.los if standard else "probability",
+        power_control=PowerControl(
+            config.power_control.p0_dbm,
+            config.power_control.alpha,
+            config.subcarrier_spacing_khz,
+        )
+        if config.power_control
+        else None,  # fmt: skip
+        cells=CellSettings(
+            grid,
+            cells.interference,
+            cells.handover_hysteresis_db,
+            cells.backhaul_mbps * 1e6,
+            cells.backhaul_latency_s,
+        )
+        if grid is not None and cells is not None
+        else None,  # fmt: skip
         d2d_path_loss=path_loss(config.d2d_path_loss),
         fading=Fading(
             model=config.fading.model,
             k_factor=10.0 ** (config.fading.k_factor_db / 10.0),
             coherence_s=config.fading.coherence_s,
         ),
-        shadowing_db=config.shadowing_db,
+        shadowing_db=(1.0 if law.shadowing else 0.0) if standard else config.shadowing_db,
         shadowing_coherence_s=config.shadowing_coherence_s,
         noise_density_dbm_per_hz=config.noise_density_dbm_per_hz,
         noise_figure_db=config.noise_figure_db,
@@ -102,7 +159,7 @@ def radio_settings(config: RadioConfig) -> RadioSettings:
         snr_gap_db=config.snr_gap_db,
         max_bits_per_hz=config.max_bits_per_hz or math.inf,
         min_distance_m=config.min_distance_m,
-        cell_radius_m=config.cell_radius_m,
+        cell_radius_m=config.cell_radius_m if grid is None else layout_radius_m(grid),
         outage=Outage(
             model=link.loss,
             snr_threshold_db=link.snr_threshold_db,
@@ -117,7 +174,22 @@ def radio_settings(config: RadioConfig) -> RadioSettings:
     )
 
 
-def path_loss(config: PathLossConfig | D2DPathLossConfig) -> PathLoss | UmiStreetCanyon:
+def layout_radius_m(grid: HexGrid) -> float:
+    """The disc from the centre site that holds every cell of the grid: where a moving
+    client's waypoints fall."""
+    return grid.rings * grid.inter_site_distance_m + grid.cell_radius_m
+
+
+def path_loss(
+    config: PathLossConfig | D2DPathLossConfig,
+) -> PathLoss | UmiStreetCanyon | Tr38901:
+    if config.kind in TR38901_KINDS:
+        defaults = {"inh": 1.0}
+        return Tr38901(
+            config.kind, config.carrier_ghz * 1e9, config.bs_height_m,
+            config.ut_height_m or defaults.get(config.kind, 1.5), config.building_height_m,
+            config.street_width_m, config.inh_office,
+        )  # fmt: skip
     if config.kind == "umi_street_canyon":
         return UmiStreetCanyon(config.carrier_ghz * 1e9, config.height_m, config.los)
     if config.kind == "log_distance":
@@ -132,7 +204,11 @@ def path_loss(config: PathLossConfig | D2DPathLossConfig) -> PathLoss | UmiStree
 
 def link_settings(config: LinkConfig) -> LinkSettings:
     if config.model == "per_upload":
-        return LinkSettings("per_upload", waterfall_m=10.0 ** (config.waterfall_db / 10.0))
+        threshold_db = config.sinr_threshold_db
+        return LinkSettings(
+            "per_upload", waterfall_m=10.0 ** (config.waterfall_db / 10.0),
+            sinr_threshold=None if threshold_db is None else 10.0 ** (threshold_db / 10.0),
+        )  # fmt: skip
     if config.model != "harq":
         return LinkSettings(config.model)
     harq = HarqSettings(
@@ -154,19 +230,23 @@ def build_radio(
 ) -> Radio:
     """Place the clients, draw their transmit powers and shadowing (seeded), once per world."""
     rng = streams.generator("radio")
+    grid = cell_grid(config)
     if config.positions is not None:
         placed = read_positions(config.positions)
         positions_m = [placed[client] for client in range(num_clients)]
+    elif grid is not None:
+        positions_m = grid.place(rng, num_clients, config.min_distance_m)
     else:
         positions_m = place_in_annulus(
             rng, num_clients, config.cell_radius_m, config.min_distance_m
         )
+    settings = radio_settings(config)
     return Radio(
-        radio_settings(config),
+        settings,
         lambda: env.now,
         positions_m,
         config.tx_power_dbm.sample(rng, num_clients),
-        config.shadowing_db * rng.standard_normal(num_clients),
+        settings.shadowing_db * rng.standard_normal(num_clients),
         key=streams.integer_seed("radio"),
     )
 
@@ -197,9 +277,17 @@ def write_radio_files(radio: Radio, run_dir: Path, end_s: float) -> None:
     settings = radio.settings
     snr_db = radio.mean_snr_db(settings.uplink_bandwidth_hz)
     distance_m = np.hypot(radio.start_positions_m[:, 0], radio.start_positions_m[:, 1])
+    cellular = radio.cellular
+    if settings.cells is not None:  # to the serving site
+        sites = [radio.serving_site(c, radio.now()) for c in range(radio.num_clients)]
+        distance_m = settings.cells.grid.distances_m(radio.start_positions_m)[
+            np.arange(radio.num_clients), sites
+        ]
+    prb_seconds = radio.prb_seconds() if radio.prb_seconds else None
+    total_prb_s = sum(prb_seconds.values()) if prb_seconds else 0.0
     with (run_dir / RADIO_FILE).open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(RADIO_COLUMNS)
+        writer.writerow(RADIO_COLUMNS + (CELLULAR_COLUMNS if cellular else ()))
         for client, stats in enumerate(radio.stats):
             up_mbps = stats.uplink_bits / stats.uplink_air_s / 1e6 if stats.uplink_air_s else ""
             down = stats.downlink_bits / stats.downlink_air_s / 1e6 if stats.downlink_air_s else ""
@@ -216,6 +304,7 @@ def write_radio_files(radio: Radio, run_dir: Path, end_s: float) -> None:
                 f"{snr_db[client]:.4f}", _number(up_mbps), _number(down),
                 _number(down / up_mbps if up_mbps and down else ""),
                 stats.outages, stats.retransmissions, stats.given_up, *harq,
+                *(_cellular_row(radio, client, prb_seconds, total_prb_s) if cellular else ()),
             ])  # fmt: skip
     order = np.argsort(distance_m, kind="stable")
     picks = list(
@@ -231,6 +320,40 @@ def write_radio_files(radio: Radio, run_dir: Path, end_s: float) -> None:
                 snr = replay.uplink_snr_db_at(client, float(time_s), bandwidth_hz)
                 rate_bps = replay.rate_bps(bandwidth_hz, 10.0 ** (snr / 10.0))
                 writer.writerow([client, f"{time_s:.6g}", f"{snr:.4f}", f"{rate_bps / 1e6:.6g}"])
+
+
+def _cellular_row(
+    radio: Radio, client: int, prb_seconds: dict[int, float] | None, total_prb_s: float
+) -> list[str | int]:
+    stats = radio.stats[client]
+    site = radio.serving_site(client, radio.now())
+    site_x_m, site_y_m = radio.sites_m[site]
+    los = int(radio.start_line_of_sight(client)) if radio.cellular_law else ""
+    share = prb_seconds.get(client, 0.0) / total_prb_s if prb_seconds and total_prb_s else ""
+    power = (
+        10 * math.log10(stats.uplink_joules / stats.uplink_air_s * 1000)
+        if stats.uplink_joules > 0 and stats.uplink_air_s
+        else ""
+    )
+    return [
+        los, site, f"{site_x_m:.3f}", f"{site_y_m:.3f}", stats.handovers, _number(share),
+        _number(power),
+    ]  # fmt: skip
+
+
+def prb_share_by_decile(radio: Radio) -> list[float] | None:
+    """The share of the uplink's PRB·seconds that went to each tenth of the clients, from the
+    weakest mean SNR to the strongest (a PRB scheduler's fairness at a glance)."""
+    if radio.prb_seconds is None:
+        return None
+    given = radio.prb_seconds()
+    total = sum(given.values())
+    if not total:
+        return None
+    order = np.argsort(radio.mean_snr_db(radio.settings.uplink_bandwidth_hz), kind="stable")
+    return [
+        sum(given.get(int(c), 0.0) for c in tenth) / total for tenth in np.array_split(order, 10)
+    ]
 
 
 def rate_distribution(radio: Radio) -> dict[str, float | list[float] | None]:
@@ -256,6 +379,7 @@ def rate_distribution(radio: Radio) -> dict[str, float | list[float] | None]:
         "blocks": (blocks := sum(s.blocks.sent for s in stats)),
         "bler": sum(s.blocks.failed for s in stats) / blocks if blocks else None,
         "mean_mcs": sum(s.blocks.mcs_sum for s in stats) / blocks if blocks else None,
+        **({"prb_deciles": deciles} if (deciles := prb_share_by_decile(radio)) else {}),
     }
 
 
