@@ -651,7 +651,7 @@ class ScheduledMedium(ChannelMedium):
     def _resplit(self, _event: simpy.Event) -> None:
         """Allocate the PRBs among the sending flows now, then rate them on their PRBs."""
         self._resplit_pending = False
-        flows = sorted(self._sending, key=lambda f: (self._user_of(f.link), f._seq))
+        flows = self._flows_by_user()
         if flows:
             self.bank_prb_time()
             users = [self._user_of(flow.link) for flow in flows]
@@ -666,6 +666,10 @@ class ScheduledMedium(ChannelMedium):
                 self._bits_at_period_start.setdefault(flow, flow.bytes_sent() * 8.0)
             self._arm_period()
         self._replan(flows)
+
+    def _flows_by_user(self) -> list[ChannelFlow]:
+        """The sending flows in the scheduler's order: ascending users."""
+        return sorted(self._sending, key=lambda f: (self._user_of(f.link), f._seq))
 
     def bank_prb_time(self) -> None:
         """Add the PRB·seconds of the allocation that ends now to each user's total."""
@@ -700,7 +704,7 @@ class ScheduledMedium(ChannelMedium):
     def _period_ends(self, _event: simpy.Event) -> None:
         """Tell the scheduler what each flow achieved over the period; allocate again."""
         self._period_armed = False
-        flows = sorted(self._sending, key=lambda f: (self._user_of(f.link), f._seq))
+        flows = self._flows_by_user()
         if not flows:
             self._bits_at_period_start.clear()
             return

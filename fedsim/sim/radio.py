@@ -191,10 +191,11 @@ class Radio:
         self._standard = isinstance(settings.path_loss, Tr38901)
         self._sites_m = settings.cells.grid.sites_m() if settings.cells else np.zeros((1, 2))
         self._site_loss_db = self._static_site_losses_db()  # (clients, sites)
-        self._serving = [
+        self._start_serving = [
             serving_site(row) if settings.cells else 0 for row in self._site_loss_db
-        ]  # (last update block, site) with mobility, updated when asked
-        self._serving_block = [0] * len(self._serving)
+        ]
+        self._serving = list(self._start_serving)  # handed over (mobility) when asked
+        self._serving_block = [0] * len(self._serving)  # the update block it was chosen in
         self._static_loss_db = self._site_loss_db[np.arange(len(self._serving)), self._serving]
         self._transmitting: dict[int, tuple[int, float]] = {}  # client -> (site, power W)
         self._interference: dict[int, float] = {}  # site -> W/Hz, while the transmitters stay
@@ -247,15 +248,15 @@ class Radio:
     def cellular_law(self) -> bool:
         return self._standard
 
+    def start_distance_m(self, client: int, site: int) -> float:
+        """The client's distance to the site where it started."""
+        return float(self._start_distance_m[client, site])
+
     def start_line_of_sight(self, client: int) -> bool:
         """Whether the client saw its serving site at the start (TR 38.901 laws)."""
-        site = self._serving[client] if self.settings.speed_mps is None else 0
-        position = self.start_positions_m[client : client + 1]
-        if self.settings.cells:
-            distance_m = float(self.settings.cells.grid.distances_m(position)[0, site])
-        else:
-            distance_m = float(np.hypot(*position[0]))
-        return self.line_of_sight(client, max(distance_m, self.settings.min_distance_m), site)
+        site = self._start_serving[client]
+        distance_m = max(self.start_distance_m(client, site), self.settings.min_distance_m)
+        return self.line_of_sight(client, distance_m, site)
 
     def _static_site_losses_db(self) -> np.ndarray:
         """Path loss plus shadowing from every client to every site at the start. The first
@@ -263,13 +264,10 @@ class Radio:
         settings = self.settings
         positions_m = self.start_positions_m
         if settings.cells is None:
-            distance_m = np.maximum(
-                np.hypot(positions_m[:, 0], positions_m[:, 1]), settings.min_distance_m
-            )[:, None]
+            self._start_distance_m = np.hypot(positions_m[:, 0], positions_m[:, 1])[:, None]
         else:
-            distance_m = np.maximum(
-                settings.cells.grid.distances_m(positions_m), settings.min_distance_m
-            )
+            self._start_distance_m = settings.cells.grid.distances_m(positions_m)
+        distance_m = np.maximum(self._start_distance_m, settings.min_distance_m)
         losses_db = np.empty_like(distance_m)
         for site in range(distance_m.shape[1]):
             column = distance_m[:, site]
@@ -682,21 +680,31 @@ class RadioLink:
         self._valid_until_s = min(radio.next_change_s(c, now) for c in clients)
         return self._gain_hz
 
-    def _powered(self, bandwidth_hz: float) -> dict[int, float]:
-        """The state at the power sent on bandwidth_hz (power control scales it down)."""
+    def _powered(self, bandwidth_hz: float, *, sends: bool = True) -> dict[int, float]:
+        """The state at the power sent on bandwidth_hz (power control scales it down);
+        ``sends``: the transmitter sends at that power from now (else only a what-if)."""
         state = self._state()
         if self.direction != UPLINK or self.radio.settings.power_control is None:
             return state
         [client] = self.receivers
-        self.tx_power_w = self.radio.uplink_power_w(client, bandwidth_hz)
-        scale = self.tx_power_w / self.power_w
+        power_w = self.radio.uplink_power_w(client, bandwidth_hz)
+        if sends and power_w != self.tx_power_w:
+            self._bank_radiated()  # what it radiated so far at its previous power
+            self.tx_power_w = power_w
+        scale = power_w / self.power_w
         return {receiver: gain_hz * scale for receiver, gain_hz in state.items()}
 
     def achievable_bps(self, bandwidth_hz: float) -> float:
         """The rate the weakest receiver would get on bandwidth_hz now (a scheduler's metric):
         the link's rate (with harq, the delivered rate of the MCS it would pick)."""
-        snr = min(self._powered(bandwidth_hz).values()) / bandwidth_hz
+        snr = min(self._powered(bandwidth_hz, sends=False).values()) / bandwidth_hz
         return self.radio.rate_bps(bandwidth_hz, snr, self.direction)
+
+    def _bank_radiated(self) -> None:
+        now = self.radio.now()
+        if self._radiating_since_s < now:
+            self.radiated_j += self.tx_power_w * (now - self._radiating_since_s)
+            self._radiating_since_s = now
 
     def radiating(self, on: bool) -> None:
         """The uplink transmitter is on the air (at tx_power_w) from now, or stops: its
@@ -704,8 +712,7 @@ class RadioLink:
         if self.direction != UPLINK:
             return
         now = self.radio.now()
-        if self._radiating_since_s < now:
-            self.radiated_j += self.tx_power_w * (now - self._radiating_since_s)
+        self._bank_radiated()
         self._radiating_since_s = now if on else math.inf
         harq = self.radio.harq.get(UPLINK)
         if not on and harq is not None:  # it lost its PRBs, or ended: its blocks so far

@@ -278,11 +278,9 @@ def write_radio_files(radio: Radio, run_dir: Path, end_s: float) -> None:
     snr_db = radio.mean_snr_db(settings.uplink_bandwidth_hz)
     distance_m = np.hypot(radio.start_positions_m[:, 0], radio.start_positions_m[:, 1])
     cellular = radio.cellular
+    sites = [radio.serving_site(c, radio.now()) for c in range(radio.num_clients)]
     if settings.cells is not None:  # to the serving site
-        sites = [radio.serving_site(c, radio.now()) for c in range(radio.num_clients)]
-        distance_m = settings.cells.grid.distances_m(radio.start_positions_m)[
-            np.arange(radio.num_clients), sites
-        ]
+        distance_m = np.array([radio.start_distance_m(c, s) for c, s in enumerate(sites)])
     prb_seconds = radio.prb_seconds() if radio.prb_seconds else None
     total_prb_s = sum(prb_seconds.values()) if prb_seconds else 0.0
     with (run_dir / RADIO_FILE).open("w", newline="") as f:
@@ -304,7 +302,11 @@ def write_radio_files(radio: Radio, run_dir: Path, end_s: float) -> None:
                 f"{snr_db[client]:.4f}", _number(up_mbps), _number(down),
                 _number(down / up_mbps if up_mbps and down else ""),
                 stats.outages, stats.retransmissions, stats.given_up, *harq,
-                *(_cellular_row(radio, client, prb_seconds, total_prb_s) if cellular else ()),
+                *(
+                    _cellular_row(radio, client, sites[client], prb_seconds, total_prb_s)
+                    if cellular
+                    else ()
+                ),
             ])  # fmt: skip
     order = np.argsort(distance_m, kind="stable")
     picks = list(
@@ -323,10 +325,13 @@ def write_radio_files(radio: Radio, run_dir: Path, end_s: float) -> None:
 
 
 def _cellular_row(
-    radio: Radio, client: int, prb_seconds: dict[int, float] | None, total_prb_s: float
+    radio: Radio,
+    client: int,
+    site: int,
+    prb_seconds: dict[int, float] | None,
+    total_prb_s: float,
 ) -> list[str | int]:
     stats = radio.stats[client]
-    site = radio.serving_site(client, radio.now())
     site_x_m, site_y_m = radio.sites_m[site]
     los = int(radio.start_line_of_sight(client)) if radio.cellular_law else ""
     share = prb_seconds.get(client, 0.0) / total_prb_s if prb_seconds and total_prb_s else ""
