@@ -13,7 +13,10 @@ identical but for the links:
 - ``harq``: the same radio with the default lossy link: NR transport blocks, link
   adaptation and HARQ, failed blocks drawn per period (no event per block);
 - ``pf``: the ``radio`` variant with its band as 51 PRBs given by a proportional-fair
-  scheduler at every fading block (and whenever an upload starts or ends);
+  scheduler at every fading block (and whenever an upload starts or ends), PRB by PRB on
+  the rate each adds at the client's power spread over its PRBs;
+- ``pf_per_prb``: the same with the per-PRB view (``power_aware: false``: a rate per PRB of
+  the whole band's rate / N, so a period's band goes to one upload);
 - ``cells7``: the ``radio`` variant on 7 hexagonal cells (ISD 500 m, wrap-around), each
   reusing the band, every upload's SINR counting the uploads of the other cells.
 
@@ -22,10 +25,10 @@ them are the band's own wake-ups, how many uploads were re-planned at a new fadi
 and how many re-plans of an upload's rate there were in all); then the same deterministic
 runs are timed with SimPy's own environment, the variants alternating so that both see the
 same machine load. Reported: events/s, and the ratios radio/fixed, harq/whole_transfer
-(the new default over the old rule), pf/radio and cells7/radio (the cellular model's cost
-beside the single equal-split cell) of events/s, of events per simulated second and of wall
-time per simulated round. With the radio, events/s says little: most of the time goes to
-re-planning uploads, within few events.
+(the new default over the old rule), pf/radio, pf/pf_per_prb and cells7/radio (the
+cellular model's cost beside the single equal-split cell) of events/s, of events per
+simulated second and of wall time per simulated round. With the radio, events/s says
+little: most of the time goes to re-planning uploads, within few events.
 
     python -m benchmarks.radio_throughput [--clients 10000] [--rounds 2] [--repeats 3]
 """
@@ -56,12 +59,14 @@ RADIO = {
 LINKS = {"radio": "ideal", "whole_transfer": "whole_transfer", "harq": "harq"}
 CELLULAR = {  # the ideal-link radio with a cellular feature on
     "pf": {"uplink_sharing": "proportional_fair"},
+    "pf_per_prb": {"uplink_sharing": {"scheduler": "proportional_fair", "power_aware": False}},
     "cells7": {"cells": {"rings": 1, "inter_site_distance_m": 500, "wrap_around": True}},
 }
 RATIOS = {  # the radio's cost; the new default link over the old rule; the cellular model's
     "radio_over_fixed": ("radio", "fixed"),
     "harq_over_whole_transfer": ("harq", "whole_transfer"),
     "pf_over_radio": ("pf", "radio"),
+    "pf_over_pf_per_prb": ("pf", "pf_per_prb"),
     "cells7_over_radio": ("cells7", "radio"),
 }
 

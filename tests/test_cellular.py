@@ -58,8 +58,8 @@ def macro_gain(distance_m: float) -> float:
 # --- PRB schedulers in the medium ---
 
 
-def scheduled_network(env, radio, scheduler: str, period_s=0.1) -> Network:
-    sharing = UplinkScheduling(scheduler, 30, period_s)
+def scheduled_network(env, radio, scheduler: str, period_s=0.1, power_aware=True) -> Network:
+    sharing = UplinkScheduling(scheduler, 30, period_s, power_aware=power_aware)
     return Network(env, {}, log=EventLog(lambda: env.now), radio=radio, uplink_sharing=sharing)
 
 
@@ -95,6 +95,31 @@ def test_proportional_fair_shares_the_prbs_evenly_among_statistically_identical_
     # its fading is above its own median far more often than not.
     band = network.uplink_bands[0]
     assert band.num_prbs == num_prbs(BAND_HZ, 30)
+
+
+def test_power_aware_pf_splits_a_power_limited_band_where_the_per_prb_view_serves_one():
+    """Four cell-edge clients (1 km, -0.5 dB SNR on the whole band), no fading: PF that sees
+    each one's power spread over its PRBs gives each a quarter of the band (their rates add
+    up to 2.4x one client's on the whole band), and the four equal uploads end together at
+    the hand-computed time; the per-PRB view gives each period's band to one (0.8 s)."""
+    positions = [(1000.0, 0.0), (0.0, 1000.0), (-1000.0, 0.0), (0.0, -1000.0)]
+    prbs = num_prbs(BAND_HZ, 30)  # 24: 6 each
+    share_hz = prbs // 4 * prb_hz(30)
+    snr = 10 ** (23 / 10) / 1000 * macro_gain(1000) / (NOISE_W_PER_HZ * share_hz)
+    split_end_s = 8 * 200_000 / (share_hz * math.log2(1 + snr))
+    makespans = {}
+    for power_aware in (True, False):
+        env = simpy.Environment()
+        radio = make_radio(env, positions)
+        network = scheduled_network(env, radio, "proportional_fair", power_aware=power_aware)
+        ends = upload_all(env, network, dict.fromkeys(range(4), 200_000))
+        makespans[power_aware] = max(ends.values())
+        if power_aware:
+            for client in range(4):
+                assert ends[client] == pytest.approx(split_end_s, rel=1e-6)
+            given = radio.prb_seconds()
+            np.testing.assert_allclose([given[c] for c in range(4)], prbs / 4 * split_end_s)
+    assert makespans[True] < 0.5 * makespans[False]
 
 
 def test_max_rate_starves_the_far_client_that_proportional_fair_serves():
@@ -338,6 +363,7 @@ def test_without_the_new_keys_radio_csv_keeps_its_columns(tmp_path):
         ({"cells": {}, "uplink_aggregation": "aircomp"}, "cells"),
         ({"uplink_sharing": "fair_share"}, "uplink_sharing"),
         ({"cells": {"rings": 3}}, "rings"),
+        ({"uplink_sharing": {"scheduler": "max_rate", "power_aware": "yes"}}, "power_aware"),
     ],
 )  # fmt: skip
 def test_bad_cellular_input_names_the_field(tmp_path, radio, field):

@@ -12,6 +12,7 @@ from fedsim.sim.scheduler import (
     MaxRate,
     ProportionalFair,
     RoundRobin,
+    flat_rates,
     make_scheduler,
     num_prbs,
     open_loop_power_dbm,
@@ -75,7 +76,7 @@ def _run(scheduler, users: list[int], rates: np.ndarray, prbs: int) -> np.ndarra
     """PRBs per user and period, recording the achieved rate after each period."""
     out = np.zeros(rates.shape, dtype=int)
     for t, rate in enumerate(rates):
-        allocation = scheduler.allocate(users, list(rate), prbs)
+        allocation = scheduler.allocate(users, flat_rates(list(rate)), prbs)
         assert sum(allocation) == prbs
         out[t] = allocation
         scheduler.record(users, list(np.asarray(allocation) * rate))
@@ -100,9 +101,9 @@ def test_round_robin_rotation_survives_users_entering_and_leaving() -> None:
     scheduler = RoundRobin()
     prbs = 7
     for users in ([1, 2, 3], [1, 3], [0, 1, 2, 3], [3], [0, 4], [0, 1, 2, 3, 4]):
-        assert sum(scheduler.allocate(users, [1.0] * len(users), prbs)) == prbs
+        assert sum(scheduler.allocate(users, flat_rates([1.0] * len(users)), prbs)) == prbs
     users = [0, 1, 2, 4]  # a stable set from wherever the cursor stands: fair again
-    totals = np.sum([scheduler.allocate(users, [1.0] * 4, prbs) for _ in users], axis=0)
+    totals = np.sum([scheduler.allocate(users, flat_rates([1.0] * 4), prbs) for _ in users], axis=0)
     assert totals.tolist() == [prbs] * 4
 
 
@@ -120,13 +121,13 @@ def test_proportional_fair_favours_a_user_at_its_peak() -> None:
     scheduler = ProportionalFair()
     users, prbs = [0, 1], 10
     means = [1.0, 4.0]  # rate per PRB on average: A (0) low, B (1) high
-    scheduler.allocate(users, means, prbs)  # first seen: T = rate on an equal share
+    scheduler.allocate(users, flat_rates(means), prbs)  # first seen: T = rate on an equal share
     for _ in range(50):  # and both keep achieving their mean over an equal share
         scheduler.record(users, [m * prbs / 2 for m in means])
     np.testing.assert_allclose([scheduler.average_bps[u] for u in users], [5.0, 20.0])
     now = [2.0, 3.0]  # A at twice its mean, B below its mean (though still higher than A)
-    assert scheduler.allocate(users, now, prbs) == [prbs, 0]
-    assert MaxRate().allocate(users, now, prbs) == [0, prbs]
+    assert scheduler.allocate(users, flat_rates(now), prbs) == [prbs, 0]
+    assert MaxRate().allocate(users, flat_rates(now), prbs) == [0, prbs]
 
 
 def test_proportional_fair_serves_a_weak_user_max_rate_starves() -> None:
@@ -141,16 +142,19 @@ def test_proportional_fair_serves_a_weak_user_max_rate_starves() -> None:
 
 def test_proportional_fair_first_metric_and_zero_average() -> None:
     scheduler = ProportionalFair()
-    assert scheduler.allocate([3, 8], [2.0, 1.0], 4) == [4, 0]  # metrics 2 and 2: lowest id
+    assert scheduler.allocate([3, 8], flat_rates([2.0, 1.0]), 4) == [
+        4,
+        0,
+    ]  # metrics 2 and 2: lowest id
     assert dict(scheduler.average_bps) == {3: 4.0, 8: 2.0}
-    scheduler.allocate([1, 3], [0.0, 5.0], 4)  # client 1 first seen at rate 0: T = 0
+    scheduler.allocate([1, 3], flat_rates([0.0, 5.0]), 4)  # client 1 first seen at rate 0: T = 0
     assert scheduler.average_bps[1] == 0.0
-    assert scheduler.allocate([1, 3], [0.5, 5.0], 4) == [4, 0]  # 0.5 / 0: +inf
+    assert scheduler.allocate([1, 3], flat_rates([0.5, 5.0]), 4) == [4, 0]  # 0.5 / 0: +inf
 
 
 def test_proportional_fair_idle_clients_keep_their_average() -> None:
     scheduler = ProportionalFair(beta=0.5)
-    scheduler.allocate([0, 1], [1.0, 1.0], 2)
+    scheduler.allocate([0, 1], flat_rates([1.0, 1.0]), 2)
     scheduler.record([0, 1], [2.0, 0.0])
     scheduler.record([1], [4.0])  # client 0 had no data: unchanged
     assert dict(scheduler.average_bps) == {0: 1.5, 1: 2.25}
@@ -169,10 +173,10 @@ def test_proportional_fair_matches_sionna() -> None:
     theirs = sionna_sys.PFSchedulerSUMIMO(n, prbs, 1, beta=beta, precision="double", device="cpu")
     # Sionna starts T at 1 and updates it before scheduling; a virtual last-slot rate brings
     # it to our first-seen T (the rate on an equal share) in the first call.
-    last = (rates[0] * prbs / n - beta) / (1.0 - beta)
+    last = (rates[0] * (prbs / n) - beta) / (1.0 - beta)
     winners = set()
     for rate in rates:
-        allocation = ours.allocate(users, list(rate), prbs)
+        allocation = ours.allocate(users, flat_rates(list(rate)), prbs)
         grid = torch.tensor(np.broadcast_to(rate, (1, prbs, n)).copy(), dtype=torch.float64)
         scheduled = theirs(torch.tensor(last, dtype=torch.float64), grid)  # [1, N, n, 1]
         assert scheduled[0, :, :, 0].sum(dim=0).tolist() == allocation
@@ -187,20 +191,108 @@ def test_proportional_fair_matches_sionna() -> None:
 
 def test_max_rate_picks_the_best() -> None:
     scheduler = MaxRate()
-    assert scheduler.allocate([0, 4, 6, 9], [1.0, 5.0, 5.0, 2.0], 12) == [0, 12, 0, 0]
-    assert scheduler.allocate([3], [0.0], 5) == [5]
+    assert scheduler.allocate([0, 4, 6, 9], flat_rates([1.0, 5.0, 5.0, 2.0]), 12) == [0, 12, 0, 0]
+    assert scheduler.allocate([3], flat_rates([0.0]), 5) == [5]
+
+
+def _power_limited(gain_hz: list[float], width_hz: float = 1.0):
+    """Shannon rate of a client with p g / N0 = gain_hz[i] spread over m PRBs of width_hz:
+    m w log2(1 + G / (m w)), concave in m."""
+    return lambda i, m: m * width_hz * math.log2(1.0 + gain_hz[i] / (m * width_hz)) if m else 0.0
+
+
+def _best_allocation(rate_bps, weights: list[float], prbs: int) -> tuple[float, list[int]]:
+    """max sum_i w_i R_i(m_i) over every split of prbs PRBs, by enumeration."""
+    best: tuple[float, list[int]] = (-math.inf, [])
+
+    def splits(n: int, total: int):
+        if n == 1:
+            yield [total]
+            return
+        for first in range(total + 1):
+            for rest in splits(n - 1, total - first):
+                yield [first, *rest]
+
+    for split in splits(len(weights), prbs):
+        value = sum(w * rate_bps(i, m) for i, (w, m) in enumerate(zip(weights, split, strict=True)))
+        best = max(best, (value, split), key=lambda pair: pair[0])
+    return best
+
+
+@pytest.mark.parametrize(
+    ("gains", "expected", "over_one_winner"),
+    [
+        ([2.0, 8.0, 30.0], [1, 2, 6], 1.1),  # the strong one most, the others a little
+        ([0.5, 0.5, 40.0], [0, 0, 9], 1.0),  # weak ones add less than the strong one's 9th
+        ([5.0, 5.0, 5.0], [3, 3, 3], 2.2),  # equal: an equal split, over twice one winner
+    ],
+)
+def test_power_limited_max_rate_reaches_the_sum_rate_optimum(gains, expected, over_one_winner):
+    prbs = 9
+    rate = _power_limited(gains)
+    allocation = MaxRate().allocate([0, 1, 2], rate, prbs)
+    optimum, best = _best_allocation(rate, [1.0] * 3, prbs)
+    assert allocation == best == expected
+    sum_rate = sum(rate(i, m) for i, m in enumerate(allocation))
+    assert sum_rate == pytest.approx(optimum, rel=1e-12)
+    one_winner = max(rate(i, prbs) for i in range(3))
+    assert sum_rate >= over_one_winner * one_winner
+
+
+def test_power_limited_proportional_fair_maximises_the_weighted_rate_and_splits_the_band():
+    scheduler = ProportionalFair()
+    users, prbs = [4, 7, 9], 12
+    gains = [3.0, 12.0, 1.0]
+    rate = _power_limited(gains)
+    first = scheduler.allocate(users, rate, prbs)  # T: each one's rate on 4 PRBs
+    averages = [scheduler.average_bps[u] for u in users]
+    np.testing.assert_allclose(averages, [rate(i, 4) for i in range(3)], rtol=1e-12)
+    weights = [1.0 / t for t in averages]
+    optimum, _ = _best_allocation(rate, weights, prbs)
+    value = sum(w * rate(i, m) for i, (w, m) in enumerate(zip(weights, first, strict=True)))
+    assert value == pytest.approx(optimum, rel=1e-12)
+    assert min(first) > 0  # everyone served in one period, unlike with flat rates
+    # The same per-PRB rates seen as flat (Sionna's view): one user takes the period.
+    flat = ProportionalFair().allocate(
+        users, flat_rates([rate(i, prbs) / prbs for i in range(3)]), prbs
+    )
+    assert sorted(flat) == [0, 0, prbs]
+
+
+def test_power_limited_proportional_fair_shares_evenly_among_identical_users():
+    rng = np.random.default_rng(5)
+    n, prbs, periods = 4, 24, 2000
+    scheduler = ProportionalFair()
+    totals = np.zeros(n)
+    for _ in range(periods):
+        gains = list(rng.exponential(20.0, size=n))  # Rayleigh: identical statistics
+        rate = _power_limited(gains)
+        allocation = scheduler.allocate(list(range(n)), rate, prbs)
+        totals += allocation
+        scheduler.record(list(range(n)), [rate(i, m) for i, m in enumerate(allocation)])
+    np.testing.assert_allclose(totals / totals.sum(), 1.0 / n, atol=0.02)
+
+
+def test_greedy_ties_go_to_the_lowest_id_and_an_infinite_weight_comes_first() -> None:
+    same = _power_limited([4.0, 4.0])
+    assert MaxRate().allocate([2, 5], same, 3) == [2, 1]  # the odd PRB: the lower id
+    scheduler = ProportionalFair()
+    scheduler.allocate([1, 3], flat_rates([0.0, 5.0]), 4)  # T(1) = 0
+    assert scheduler.allocate([1, 3], _power_limited([0.01, 50.0]), 4) == [4, 0]
 
 
 def test_allocate_checks_its_inputs() -> None:
     for scheduler in (RoundRobin(), ProportionalFair(), MaxRate()):
         with pytest.raises(ValueError):
-            scheduler.allocate([], [], 5)
+            scheduler.allocate([], flat_rates([]), 5)
         with pytest.raises(ValueError):
-            scheduler.allocate([1, 2], [1.0], 5)
+            scheduler.allocate([2, 1], flat_rates([1.0, 1.0]), 5)
         with pytest.raises(ValueError):
-            scheduler.allocate([2, 1], [1.0, 1.0], 5)
-        with pytest.raises(ValueError):
-            scheduler.allocate([1, 2], [1.0, 1.0], 0)
+            scheduler.allocate([1, 2], flat_rates([1.0, 1.0]), 0)
+    for scheduler in (ProportionalFair(), MaxRate()):  # a rate function gone wrong
+        for bad in (-1.0, math.nan):
+            with pytest.raises(ValueError, match="rate on"):
+                scheduler.allocate([1, 2], flat_rates([1.0, bad]), 5)
 
 
 def test_make_scheduler() -> None:

@@ -273,7 +273,8 @@ class PrbScheduling(_Strict):
     (and whenever an upload starts or ends) to the uploads under way by a scheduler: round
     robin (equal PRBs, the left-over ones in turn: ns-3's RrFfMacScheduler), proportional
     fair (rate now over its β-discounted average: Sionna SYS PFSchedulerSUMIMO) or max rate.
-    The fading is flat over the band, so PF and max rate give a period's band to one upload."""
+    The fading is flat over the band; PF and max rate give each PRB to the upload whose
+    (weighted) rate it raises most, seeing that a client's power spreads over its PRBs."""
 
     scheduler: Literal["round_robin", "proportional_fair", "max_rate"]
     subcarrier_spacing_khz: Numerology | None = Field(
@@ -284,6 +285,12 @@ class PrbScheduling(_Strict):
     )
     pf_beta: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = Field(
         default=0.98, description="proportional_fair: the average's discount per period (Sionna)"
+    )
+    power_aware: Annotated[bool, Field(strict=True)] = Field(
+        default=True,
+        description="PF, max rate: a PRB's worth is the rate it adds at the power the client "
+        "would send on its PRBs (false: the full band's rate / N per PRB, Sionna's per-PRB view: "
+        "a period's band goes to one upload)",
     )
 
 

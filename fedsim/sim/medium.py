@@ -32,6 +32,7 @@ from typing import Protocol
 import simpy
 
 from fedsim.sim.draws import block_of
+from fedsim.sim.scheduler import FlatRates
 
 # Flows of one shared medium whose completions fall within this relative distance
 # of the earliest one end together, so float noise never splits a simultaneous end.
@@ -611,7 +612,7 @@ class PrbScheduler(Protocol):
     """What a ``ScheduledMedium`` asks of a scheduler (``fedsim.sim.scheduler``)."""
 
     def allocate(
-        self, users: list[int], rate_per_prb_bps: list[float], num_prbs: int
+        self, users: list[int], rate_bps: Callable[[int, float], float], num_prbs: int
     ) -> list[int]: ...
 
     def record(self, users: list[int], achieved_bps: list[float]) -> None: ...
@@ -623,7 +624,11 @@ class ScheduledMedium(ChannelMedium):
     idles while a flow has data); in between a flow keeps its PRBs and its rate follows its
     channel. A flow given no PRBs waits (draws no transmit power). At each period's end the
     scheduler learns the rate each flow achieved over it (its proportional-fair averages).
-    The flows' users are their transmitters (``users``), one flow per user at a time."""
+    The flows' users are their transmitters (``users``), one flow per user at a time.
+
+    The scheduler sees each flow's rate on m PRBs now: ``power_aware``, the link's rate on
+    m PRBs at the power it would send there (its power spreads over them, or power control
+    sets it per PRB); otherwise m / N of its rate on the whole band."""
 
     def __init__(
         self,
@@ -633,8 +638,10 @@ class ScheduledMedium(ChannelMedium):
         scheduler: PrbScheduler,
         period_s: float,
         user_of: Callable[[ChannelLink], int],
+        power_aware: bool = True,
     ) -> None:
         super().__init__(env, num_prbs * prb_hz, slots=None, split=True)
+        self.power_aware = power_aware
         self.num_prbs = num_prbs
         self.prb_hz = prb_hz
         self.scheduler = scheduler
@@ -657,15 +664,20 @@ class ScheduledMedium(ChannelMedium):
             users = [self._user_of(flow.link) for flow in flows]
             if len(set(users)) != len(users):
                 raise ValueError("a scheduled medium serves one flow per user at a time")
-            full_hz = self.share_alone_hz()
-            rates = [flow.link.achievable_bps(full_hz) / self.num_prbs for flow in flows]
-            for flow, prbs in zip(
-                flows, self.scheduler.allocate(users, rates, self.num_prbs), strict=True
-            ):
+            allocation = self.scheduler.allocate(users, self._rate_on_prbs(flows), self.num_prbs)
+            for flow, prbs in zip(flows, allocation, strict=True):
                 flow.share_hz = prbs * self.prb_hz
                 self._bits_at_period_start.setdefault(flow, flow.bytes_sent() * 8.0)
             self._arm_period()
         self._replan(flows)
+
+    def _rate_on_prbs(self, flows: list[ChannelFlow]) -> Callable[[int, float], float]:
+        """The scheduler's view: flows[i]'s rate on m PRBs now, a what-if (nothing changes)."""
+        prb_hz = self.prb_hz
+        if self.power_aware:
+            return lambda i, prbs: flows[i].link.achievable_bps(prbs * prb_hz) if prbs else 0.0
+        full_hz = self.share_alone_hz()
+        return FlatRates([flow.link.achievable_bps(full_hz) / self.num_prbs for flow in flows])
 
     def _flows_by_user(self) -> list[ChannelFlow]:
         """The sending flows in the scheduler's order: ascending users."""

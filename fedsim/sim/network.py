@@ -161,6 +161,7 @@ class Network:
             return ScheduledMedium(
                 self.env, num_prbs(bandwidth_hz, spacing_khz), prb_hz(spacing_khz), scheduler,
                 uplink_sharing.period_s, user_of=lambda link: link.receivers[0],
+                power_aware=uplink_sharing.power_aware,
             )  # fmt: skip
         if uplink_sharing not in UPLINK_SHARING:
             raise ValueError(f"uplink_sharing must be one of {UPLINK_SHARING}")

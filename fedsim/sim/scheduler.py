@@ -6,14 +6,18 @@ the band among the clients that have data, then tells it what each achieved, and
 client's transmit power with :func:`open_loop_power_dbm`.
 
 Fading is flat across the band: a client's achievable rate is the same on every PRB, so a
-scheduler only decides how many PRBs each client gets, not which ones.
+scheduler only decides how many PRBs each client gets, not which ones. It sees each
+client's rate as a function of its PRB count (:data:`RateOnPrbs`): a client's transmit power
+spreads over its PRBs, so on a power-limited uplink its rate grows less than linearly with
+them, and PF and max rate give each PRB where it adds the most (:func:`_greedy`).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -70,17 +74,36 @@ def num_prbs(bandwidth_hz: float, subcarrier_spacing_khz: int) -> int:
     return prbs
 
 
+RateOnPrbs = Callable[[int, float], float]
+"""rate_bps(i, m): what the i-th user could send at now on m PRBs [bit/s] (0 on 0 PRBs);
+non-decreasing in m. ``m`` may be fractional (an equal share)."""
+
+
+class FlatRates:
+    """Rates proportional to the PRBs: a fixed power per PRB, Sionna's schedulers' view.
+    A PRB adds exactly ``rate_per_prb_bps[i]`` (so ties stay exact ties)."""
+
+    def __init__(self, rate_per_prb_bps: Sequence[float]) -> None:
+        self.rate_per_prb_bps = list(rate_per_prb_bps)
+
+    def __call__(self, i: int, prbs: float) -> float:
+        return self.rate_per_prb_bps[i] * prbs
+
+
+def flat_rates(rate_per_prb_bps: Sequence[float]) -> FlatRates:
+    """The rate function of users with these rates on one PRB and a fixed power per PRB."""
+    return FlatRates(rate_per_prb_bps)
+
+
 class Scheduler(ABC):
     """Splits num_prbs PRBs of one scheduling period among the active users."""
 
     @abstractmethod
-    def allocate(
-        self, users: Sequence[int], rate_per_prb_bps: Sequence[float], num_prbs: int
-    ) -> list[int]:
+    def allocate(self, users: Sequence[int], rate_bps: RateOnPrbs, num_prbs: int) -> list[int]:
         """PRBs per user for this period, summing to ``num_prbs``.
 
-        ``users``: client ids with data now, ascending; ``rate_per_prb_bps``: each one's
-        achievable rate on one PRB now (the same on every PRB: flat fading).
+        ``users``: client ids with data now, ascending; ``rate_bps(i, m)``: the i-th one's
+        achievable rate on m PRBs now (flat fading: which PRBs does not matter).
         """
 
     def record(self, users: Sequence[int], achieved_bps: Sequence[float]) -> None:
@@ -89,20 +112,60 @@ class Scheduler(ABC):
         del users, achieved_bps
 
 
-def _check(users: Sequence[int], rate_per_prb_bps: Sequence[float], num_prbs: int) -> None:
+def _check(users: Sequence[int], num_prbs: int) -> None:
     if not users:
         raise ValueError("no users to schedule")
-    if len(rate_per_prb_bps) != len(users):
-        raise ValueError(f"{len(users)} users but {len(rate_per_prb_bps)} rates")
     if any(a >= b for a, b in zip(users[:-1], users[1:], strict=True)):
         raise ValueError(f"users must be ascending and distinct: {list(users)}")
     if num_prbs < 1:
         raise ValueError(f"num_prbs must be at least 1, got {num_prbs}")
 
 
-def _all_to(winner: int, n: int, num_prbs: int) -> list[int]:
+def _rate(rate_bps: RateOnPrbs, i: int, prbs: float) -> float:
+    rate = rate_bps(i, prbs)
+    if not rate >= 0.0:  # also NaN
+        raise ValueError(f"user {i}'s rate on {prbs} PRBs is {rate} bit/s")
+    return rate
+
+
+def _greedy(rate_bps: RateOnPrbs, averages_bps: Sequence[float], num_prbs: int) -> list[int]:
+    """Each PRB in turn to the user whose R_i(m_i) / T_i it raises most (ties: the lowest
+    index); every PRB is given. T_i = 0 ranks above every T > 0 (among themselves, by the
+    marginal rate alone) while the PRB adds a positive rate.
+
+    This maximises sum_i R_i(m_i) / T_i over integer allocations when every R_i is concave
+    in m (Federgruen & Groenevelt, Oper. Res. 1986): the gradient scheduler's per-period
+    problem (T the average rate: proportional fair; T = 1: max rate). With rates linear in
+    m (a fixed power per PRB) every PRB goes to the largest r_i / T_i, as per-PRB metrics
+    do (exactly, for ``FlatRates``: ties stay ties); when a user's power spreads over its
+    PRBs its marginal rate falls and the next PRB goes to another user. With an MCS
+    table's steps R_i is not concave and this is a heuristic.
+    """
+
+    def key(i: int, gain_bps: float) -> tuple[bool, float, int]:
+        average = averages_bps[i]
+        if average > 0.0:
+            return (True, -gain_bps / average, i)
+        return (gain_bps <= 0.0, -gain_bps, i)
+
+    n = len(averages_bps)
     prbs = [0] * n
-    prbs[winner] = num_prbs
+    if isinstance(rate_bps, FlatRates):  # every PRB adds the same: the best takes them all
+        for i in range(n):
+            _rate(rate_bps, i, 1)
+        best = min(range(n), key=lambda i: key(i, rate_bps.rate_per_prb_bps[i]))
+        prbs[best] = num_prbs
+        return prbs
+    rate_now = [0.0] * n
+    rate_next = [_rate(rate_bps, i, 1) for i in range(n)]
+    heap = [key(i, rate_next[i]) for i in range(n)]
+    heapq.heapify(heap)
+    for _ in range(num_prbs):
+        i = heapq.heappop(heap)[2]
+        prbs[i] += 1
+        rate_now[i] = rate_next[i]
+        rate_next[i] = _rate(rate_bps, i, prbs[i] + 1)
+        heapq.heappush(heap, key(i, rate_next[i] - rate_now[i]))
     return prbs
 
 
@@ -124,10 +187,9 @@ class RoundRobin(Scheduler):
     def __init__(self) -> None:
         self._next_id = 0
 
-    def allocate(
-        self, users: Sequence[int], rate_per_prb_bps: Sequence[float], num_prbs: int
-    ) -> list[int]:
-        _check(users, rate_per_prb_bps, num_prbs)
+    def allocate(self, users: Sequence[int], rate_bps: RateOnPrbs, num_prbs: int) -> list[int]:
+        del rate_bps  # blind to the channel
+        _check(users, num_prbs)
         n = len(users)
         base, extra = divmod(num_prbs, n)
         start = next((i for i, u in enumerate(users) if u >= self._next_id), 0)
@@ -141,18 +203,21 @@ class RoundRobin(Scheduler):
 class ProportionalFair(Scheduler):
     """Proportional fair, with the definitions of Sionna SYS ``PFSchedulerSUMIMO``.
 
-    Metric of user u: achievable rate / T(u), with T the beta-discounted average of the rate
-    u achieved, T(u) <- beta T(u) + (1 - beta) R(u) after each period (beta = 0.98 as Sionna).
-    Each PRB goes to the highest metric (ties: the lowest id); as the rate is the same on
-    every PRB (flat fading), the whole period goes to one user.
+    Metric of user u on a PRB: the rate the PRB adds to u / T(u), with T the beta-discounted
+    average of the rate u achieved, T(u) <- beta T(u) + (1 - beta) R(u) after each period
+    (beta = 0.98 as Sionna). Each PRB goes to the highest metric (:func:`_greedy`). With
+    rates linear in the PRBs (``flat_rates``) this is Sionna's per-PRB metric rate / T and
+    the whole period goes to one user (flat fading); when u's power spreads over its PRBs,
+    u's metric falls with each PRB it gets and the band is split, as the gradient scheduler
+    of a power-limited uplink does.
 
     Differences from Sionna, which schedules a full buffer (every user every slot):
 
     * only the users active in a period have T updated (:meth:`record`): a client with no
       data keeps its T rather than decaying towards 0, so it does not come back from an idle
       spell (e.g. local training) with an inflated metric that would starve the others;
-    * a client first seen starts with T = its rate on an equal share (rate per PRB * N / n),
-      so its first metric is n, where Sionna starts every T at 1 (bps);
+    * a client first seen starts with T = its rate on an equal share (N / n PRBs), so its
+      first metric is about n, where Sionna starts every T at 1 (bps);
     * a T of 0 (a client first seen with rate 0) gives metric +inf for a positive rate, 0
       for a zero rate (Sionna divides as is).
     """
@@ -168,18 +233,13 @@ class ProportionalFair(Scheduler):
         """T per client seen so far [bit/s] (read-only view)."""
         return MappingProxyType(self._average_bps)
 
-    def allocate(
-        self, users: Sequence[int], rate_per_prb_bps: Sequence[float], num_prbs: int
-    ) -> list[int]:
-        _check(users, rate_per_prb_bps, num_prbs)
-        n = len(users)
-        best, best_metric = 0, -math.inf
-        for i, (user, rate) in enumerate(zip(users, rate_per_prb_bps, strict=True)):
-            average = self._average_bps.setdefault(user, rate * num_prbs / n)
-            metric = rate / average if average > 0 else (math.inf if rate > 0 else 0.0)
-            if metric > best_metric:  # strict: a tie keeps the lower id
-                best, best_metric = i, metric
-        return _all_to(best, n, num_prbs)
+    def allocate(self, users: Sequence[int], rate_bps: RateOnPrbs, num_prbs: int) -> list[int]:
+        _check(users, num_prbs)
+        equal_share = num_prbs / len(users)
+        for i, user in enumerate(users):
+            if user not in self._average_bps:
+                self._average_bps[user] = _rate(rate_bps, i, equal_share)
+        return _greedy(rate_bps, [self._average_bps[u] for u in users], num_prbs)
 
     def record(self, users: Sequence[int], achieved_bps: Sequence[float]) -> None:
         """Update T of the active users; one never allocated starts from its achieved rate."""
@@ -189,15 +249,13 @@ class ProportionalFair(Scheduler):
 
 
 class MaxRate(Scheduler):
-    """Every PRB to the highest achievable rate (ties: the lowest id): the sum-rate optimum
-    for one period, which starves users with a weaker channel."""
+    """Each PRB to the user whose rate it raises most (ties: the lowest id): the period's
+    sum-rate optimum for concave rates, which starves users with a weaker channel. With
+    rates linear in the PRBs, every PRB goes to the highest rate per PRB."""
 
-    def allocate(
-        self, users: Sequence[int], rate_per_prb_bps: Sequence[float], num_prbs: int
-    ) -> list[int]:
-        _check(users, rate_per_prb_bps, num_prbs)
-        best = max(range(len(users)), key=lambda i: (rate_per_prb_bps[i], -i))
-        return _all_to(best, len(users), num_prbs)
+    def allocate(self, users: Sequence[int], rate_bps: RateOnPrbs, num_prbs: int) -> list[int]:
+        _check(users, num_prbs)
+        return _greedy(rate_bps, [1.0] * len(users), num_prbs)
 
 
 def make_scheduler(name: str, pf_beta: float = 0.98) -> Scheduler:
@@ -250,9 +308,12 @@ def open_loop_power_dbm(
 @dataclass(frozen=True)
 class UplinkScheduling:
     """How the uplink's PRBs are scheduled (``ScheduledMedium``): the scheduler's name, the
-    numerology, the scheduling period and the proportional-fair discount."""
+    numerology, the scheduling period, the proportional-fair discount, and whether the
+    scheduler sees that a client's power spreads over its PRBs (``power_aware``; False: a
+    rate per PRB of the full band's rate / N, the per-PRB view of Sionna's schedulers)."""
 
     scheduler: str
     subcarrier_spacing_khz: int = 30
     period_s: float = 0.1
     pf_beta: float = 0.98
+    power_aware: bool = True

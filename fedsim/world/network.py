@@ -106,7 +106,7 @@ def uplink_sharing(config: RadioConfig) -> str | UplinkScheduling:
     block_s = fading.coherence_s if fading.model != "none" and fading.coherence_s else 0.1
     return UplinkScheduling(
         sharing.scheduler, config.subcarrier_spacing_khz, sharing.period_s or block_s,
-        sharing.pf_beta,
+        sharing.pf_beta, sharing.power_aware,
     )  # fmt: skip
 
 
