@@ -7,7 +7,7 @@ a simulation, so it can be used on a machine without simpy or torch.
 from analysis.churn import Recovery, load_activity, plot_active_clients, recovery_after
 from analysis.figures import plot_results, plot_runs
 from analysis.pareto import plot_pareto
-from analysis.plots import plot_accuracy_vs_bytes, plot_time_to_accuracy
+from analysis.plots import plot_accuracy_vs_bytes, plot_accuracy_vs_samples, plot_time_to_accuracy
 from analysis.results import (
     MixedScenariosError,
     Run,
@@ -48,6 +48,7 @@ __all__ = [
     "load_run",
     "mean_curve",
     "plot_accuracy_vs_bytes",
+    "plot_accuracy_vs_samples",
     "plot_active_clients",
     "plot_pareto",
     "plot_results",

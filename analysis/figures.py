@@ -24,12 +24,21 @@ from analysis.energy import (
 from analysis.pareto import PARETO_FILE, plot_pareto
 from analysis.plots import (
     ACCURACY_VS_BYTES_FILE,
+    ACCURACY_VS_SAMPLES_FILE,
     TIME_TO_ACCURACY_FILE,
     plot_accuracy_vs_bytes,
+    plot_accuracy_vs_samples,
     plot_time_to_accuracy,
 )
 from analysis.radio import CHANNEL_PLOT, plot_channel
-from analysis.results import Run, find_runs, group_seeds, has_energy, summaries_target
+from analysis.results import (
+    Run,
+    find_runs,
+    group_seeds,
+    has_energy,
+    has_samples,
+    summaries_target,
+)
 from analysis.weights import plot_collaboration_figures
 from fedsim.results.files import ASYNC_FILE, CHANNEL_FILE, COLLABORATION_FILE, METRICS_FILE
 
@@ -40,7 +49,8 @@ def plot_runs(
     """Write the comparison figures of ``runs`` into ``out_dir``; without an explicit target,
     use the one recorded in the runs' summaries if they agree. With a target and at least two
     run labels swept over seeds, also ``pareto.png``; with energy columns, the energy figures;
-    with an over-the-air uplink among them, ``aircomp.png``."""
+    with an over-the-air uplink among them, ``aircomp.png``; with training samples counted,
+    ``accuracy_vs_samples.png``."""
     out_dir = Path(out_dir)
     if target_accuracy is None:
         target_accuracy = summaries_target(runs)
@@ -57,6 +67,9 @@ def plot_runs(
     if with_energy:
         written.append(plot_accuracy_vs_energy(with_energy, out_dir / ACCURACY_VS_ENERGY_FILE))
         written.append(plot_energy_per_client(with_energy, out_dir / ENERGY_PER_CLIENT_FILE))
+    with_samples = [run for run in runs if has_samples(run)]
+    if with_samples:
+        written.append(plot_accuracy_vs_samples(with_samples, out_dir / ACCURACY_VS_SAMPLES_FILE))
     return written
 
 

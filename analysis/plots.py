@@ -1,4 +1,4 @@
-"""Accuracy against simulated time and against communicated bytes, one curve per run.
+"""Accuracy against simulated time, communicated bytes and training samples, one curve per run.
 
 In a seed sweep (labels that differ only in ``seed=N``) these figures draw each run label's
 mean over its seeds instead, with the 95% confidence band of that mean, in the colour of the
@@ -22,9 +22,12 @@ from matplotlib.patches import Patch
 from analysis import style
 from analysis.results import Run, RunGroup, group_seeds, time_to_target
 from analysis.stats import BYTES_PER_MB, mean_curve, outcomes_km, run_outcome
+from fedsim.results.files import SAMPLES_COLUMN
 
 TIME_TO_ACCURACY_FILE = "time_to_accuracy.png"
 ACCURACY_VS_BYTES_FILE = "accuracy_vs_bytes.png"
+ACCURACY_VS_SAMPLES_FILE = "accuracy_vs_samples.png"
+SAMPLES_PER_UNIT = 1e3  # the samples axis in thousands
 _SEED_BAND = "95% CI of the mean over seeds"
 _CLIENT_BAND_ALPHA = 0.08
 
@@ -176,13 +179,13 @@ def plot_time_to_accuracy(
     return style.save(figure, out_path)
 
 
-def _draw_run_against_bytes(ax: Axes, run: Run, colour, column: str) -> None:
+def _draw_run_against(ax: Axes, run: Run, colour, column: str, scale: float, none: str) -> None:
     if not style.has_data(run):
         ax.plot([], [], color=colour, label=f"{style.run_name(run)} (no data)")
         return
-    megabytes = run.columns[column] / BYTES_PER_MB
+    amounts = run.columns[column] / scale
     accuracy = style.percent(run, "accuracy")
-    if not np.nanmax(megabytes, initial=0.0) > 0:
+    if not np.nanmax(amounts, initial=0.0) > 0:
         final = accuracy[np.isfinite(accuracy)][-1]
         ax.plot(
             0.0,
@@ -190,15 +193,17 @@ def _draw_run_against_bytes(ax: Axes, run: Run, colour, column: str) -> None:
             marker="D",
             linestyle="none",
             color=colour,
-            label=f"{style.run_name(run)} (no communication)",
+            label=f"{style.run_name(run)} ({none})",
         )
         return
-    ax.plot(megabytes, accuracy, color=colour, label=style.run_name(run), **style.line_style(run))
+    ax.plot(amounts, accuracy, color=colour, label=style.run_name(run), **style.line_style(run))
 
 
-def _draw_seeds_against_bytes(ax: Axes, group: RunGroup, colour, column: str) -> None:
-    """A seed group's mean curve and band; seeds that never sent anything on this link are one
-    marker at 0 MB at their mean final accuracy."""
+def _draw_seeds_against(
+    ax: Axes, group: RunGroup, colour, column: str, scale: float, none: str
+) -> None:
+    """A seed group's mean curve and band; seeds whose counter never moved (nothing sent on
+    this link) are one marker at 0 at their mean final accuracy."""
     measured = [run for run in group.runs if style.has_data(run)]
     if measured and not any(np.nanmax(run.columns[column], initial=0.0) > 0 for run in measured):
         finals = [style.percent(run, "accuracy") for run in measured]
@@ -208,20 +213,27 @@ def _draw_seeds_against_bytes(ax: Axes, group: RunGroup, colour, column: str) ->
             marker="D",
             linestyle="none",
             color=colour,
-            label=_seeds_name(group, len(measured), "no communication"),
+            label=_seeds_name(group, len(measured), none),
         )
         return
-    _draw_seed_mean(ax, group, colour, column, BYTES_PER_MB)
+    _draw_seed_mean(ax, group, colour, column, scale)
 
 
-def _plot_against_bytes(ax: Axes, runs: Sequence[Run], column: str) -> None:
-    """Draw accuracy against one cumulative byte counter; a run that never sent anything on this
-    link is a single marker at 0 MB at its final accuracy, so it is not lost on the y axis.
-    The seeds of one run label are one mean curve with its 95% band, as in the time figure."""
+def _plot_against(
+    ax: Axes,
+    runs: Sequence[Run],
+    column: str,
+    scale: float = BYTES_PER_MB,
+    none: str = "no communication",
+) -> None:
+    """Draw accuracy against one cumulative counter (bytes on a link, samples trained); a run
+    whose counter never moved is a single marker at 0 at its final accuracy, so it is not
+    lost on the y axis. The seeds of one run label are one mean curve with its 95% band, as
+    in the time figure."""
     groups = _draw_groups(
         runs,
-        lambda group, colour: _draw_seeds_against_bytes(ax, group, colour, column),
-        lambda run, colour: _draw_run_against_bytes(ax, run, colour, column),
+        lambda group, colour: _draw_seeds_against(ax, group, colour, column, scale, none),
+        lambda run, colour: _draw_run_against(ax, run, colour, column, scale, none),
     )
     handles, _ = ax.get_legend_handles_labels()
     if any(group.seeded for group in groups):
@@ -236,12 +248,26 @@ def plot_accuracy_vs_bytes(runs: Sequence[Run], out_path: Path) -> Path:
     style.require_runs(runs)
     figure = Figure(figsize=(11, 4.5))
     uplink, downlink = figure.subplots(1, 2, sharey=True)
-    _plot_against_bytes(uplink, runs, "uplink_bytes")
-    _plot_against_bytes(downlink, runs, "downlink_bytes")
+    _plot_against(uplink, runs, "uplink_bytes")
+    _plot_against(downlink, runs, "downlink_bytes")
     uplink.set_xlabel("Cumulative uplink traffic (MB)")
     downlink.set_xlabel("Cumulative downlink traffic (MB)")
     uplink.set_ylabel("Test accuracy (%)")
     uplink.set_title("Uplink")
     downlink.set_title("Downlink")
     figure.suptitle("Accuracy vs communicated bytes")
+    return style.save(figure, out_path)
+
+
+def plot_accuracy_vs_samples(runs: Sequence[Run], out_path: Path) -> Path:
+    """Plot mean accuracy against the training samples every client processed so far: the
+    fair axis between algorithms that train different numbers of clients per round (Local,
+    a fraction C, async servers). Runs without the count are left out."""
+    style.require_runs(runs)
+    figure = Figure(figsize=(6.5, 4.5))
+    ax = figure.subplots()
+    _plot_against(ax, runs, SAMPLES_COLUMN, SAMPLES_PER_UNIT, "no training")
+    ax.set_xlabel("Training samples processed, all clients (thousands)")
+    ax.set_ylabel("Test accuracy (%)")
+    ax.set_title("Accuracy vs training work")
     return style.save(figure, out_path)

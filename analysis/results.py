@@ -26,6 +26,7 @@ from fedsim.results.files import (
     ENERGY_SPENT,
     METRICS_COLUMNS,
     METRICS_FILE,
+    SAMPLES_COLUMN,
     SCENARIO_FILE,
     SUMMARY_FILE,
 )
@@ -130,7 +131,7 @@ def load_run(path: Path) -> Run:
     return Run(
         label=path.name,
         path=path,
-        columns=read_columns(metrics, METRICS_COLUMNS),
+        columns=read_columns(metrics, [c for c in METRICS_COLUMNS if c != SAMPLES_COLUMN]),
         summary=_read_summary(path / SUMMARY_FILE),
         scenario=read_scenario(path),
     )
@@ -187,6 +188,13 @@ def time_to_target(run: Run, target: float) -> float | None:
     """Simulated time at which the mean accuracy first reaches ``target``, or None if never."""
     reached = np.flatnonzero(run.columns["accuracy"] >= target)
     return float(run.columns["time_s"][reached[0]]) if reached.size else None
+
+
+def has_samples(run: Run) -> bool:
+    """Whether the run counts the training samples it processed (runs before the column
+    existed, and timing-only ones, do not)."""
+    samples = run.columns.get(SAMPLES_COLUMN)
+    return samples is not None and bool(np.nanmax(samples, initial=0.0) > 0)
 
 
 def has_energy(run: Run) -> bool:

@@ -37,7 +37,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from analysis.results import Run, group_seeds, has_energy, summaries_target, without_seed
-from fedsim.results.files import ENERGY_SPENT
+from fedsim.results.files import ENERGY_SPENT, SAMPLES_COLUMN
 
 CONFIDENCE = 0.95
 DIRECTIONS = ("uplink", "downlink", "d2d")  # the byte counters: ``<direction>_bytes`` columns
@@ -236,6 +236,7 @@ class RunOutcome:
     time_to_target_s: float | None
     bytes_to_target: dict[str, float | None]  # per direction (DIRECTIONS)
     energy_to_target_j: float | None
+    samples_to_target: float | None  # training samples processed by then (all clients)
     complete: bool
 
 
@@ -258,7 +259,10 @@ def run_outcome(run: Run, target_accuracy: float | None) -> RunOutcome:
     else:
         last_time = float(time[last]) if last is not None else 0.0
 
-    reached, spent, moved = None, None, dict.fromkeys(DIRECTIONS)
+    reached, spent, moved, samples = None, None, dict.fromkeys(DIRECTIONS), None
+    if target_accuracy is not None and SAMPLES_COLUMN in run.columns:
+        hit = np.flatnonzero(accuracy >= target_accuracy)
+        samples = float(run.columns[SAMPLES_COLUMN][hit[0]]) if hit.size else None
     recorded = summary.get("target_accuracy") == target_accuracy and "time_to_target_s" in summary
     if target_accuracy is not None and recorded:
         reached = summary["time_to_target_s"]
@@ -282,6 +286,7 @@ def run_outcome(run: Run, target_accuracy: float | None) -> RunOutcome:
         time_to_target_s=reached,
         bytes_to_target=moved,
         energy_to_target_j=spent,
+        samples_to_target=samples,
         complete=summary.get("complete") is not False,
     )
 
@@ -315,6 +320,7 @@ class CompareRow:
     bytes_to_target: dict[str, float | None]  # median per direction (DIRECTIONS)
     total_bytes_to_target: float | None  # median of each run's uplink + downlink + d2d
     energy_to_target_j: float | None
+    samples_to_target: float | None = None  # median training samples processed by then
 
     @property
     def median_time_s(self) -> float | None:
@@ -367,6 +373,7 @@ def compare_rows(
                 },
                 total_bytes_to_target=_median(totals),
                 energy_to_target_j=_median([o.energy_to_target_j for o in reached]),
+                samples_to_target=_median([o.samples_to_target for o in reached]),
             )
         )
     return rows
@@ -377,7 +384,7 @@ CSV_COLUMNS = (
     "final_accuracy_ci95", "worst_accuracy_mean", "km_median_time_to_target_s",
     "km_median_ci95_low_s", "km_median_ci95_high_s", "reached", "fraction_reached",
     "uplink_bytes_to_target", "downlink_bytes_to_target", "d2d_bytes_to_target",
-    "total_bytes_to_target", "energy_to_target_j",
+    "total_bytes_to_target", "energy_to_target_j", "samples_to_target",
 )  # fmt: skip
 
 
@@ -389,7 +396,7 @@ def _csv_record(row: CompareRow) -> list[object]:
         row.worst_mean, km and km.median, low, math.inf if km and high is None else high,
         km and km.reached, km and km.fraction_reached,
         *(row.bytes_to_target[d] for d in DIRECTIONS), row.total_bytes_to_target,
-        row.energy_to_target_j,
+        row.energy_to_target_j, row.samples_to_target,
     ]  # fmt: skip
 
 
@@ -405,7 +412,7 @@ def _md_time(km: KaplanMeier | None) -> str:
     return f"{median} [{_text(low)}, {'∞' if high is None else f'{high:.1f}'}]"
 
 
-def _md_record(row: CompareRow, with_energy: bool) -> list[str]:
+def _md_record(row: CompareRow, with_energy: bool, with_samples: bool) -> list[str]:
     final = _text(row.final_mean, 0.01)
     if row.final_ci is not None:
         final += f" ± {100 * row.final_ci:.1f}"
@@ -418,13 +425,16 @@ def _md_record(row: CompareRow, with_energy: bool) -> list[str]:
     ]  # fmt: skip
     if with_energy:
         cells.append(_text(row.energy_to_target_j))
+    if with_samples:
+        cells.append(_text(row.samples_to_target, 1e3))
     return cells
 
 
 def format_table(rows: Sequence[CompareRow], fmt: str = "md") -> str:
-    """The rows as a Markdown table (percent, seconds, MB, joules; the energy column only when
-    some row has one) or as CSV (fractions, seconds, bytes, joules; empty: not applicable, an
-    unbounded CI limit is ``inf``). Ends with a newline."""
+    """The rows as a Markdown table (percent, seconds, MB, joules, thousands of training
+    samples; the energy and samples columns only when some row has one) or as CSV
+    (fractions, seconds, bytes, joules, samples; empty: not applicable, an unbounded CI
+    limit is ``inf``). Ends with a newline."""
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
@@ -435,6 +445,7 @@ def format_table(rows: Sequence[CompareRow], fmt: str = "md") -> str:
     if fmt != "md":
         raise ValueError(f"unknown table format {fmt!r} (md or csv)")
     with_energy = any(row.energy_to_target_j is not None for row in rows)
+    with_samples = any(row.samples_to_target is not None for row in rows)
     header = [
         "run", "runs", "final accuracy % (± 95% CI)", "worst client %",
         "time to target s: KM median [95% CI]", "reached", "uplink MB to target",
@@ -442,8 +453,10 @@ def format_table(rows: Sequence[CompareRow], fmt: str = "md") -> str:
     ]  # fmt: skip
     if with_energy:
         header.append("energy to target J")
+    if with_samples:
+        header.append("samples to target (thousands)")
     lines = [header, ["---"] * len(header)]
-    lines += [_md_record(row, with_energy) for row in rows]
+    lines += [_md_record(row, with_energy, with_samples) for row in rows]
     return "".join("| " + " | ".join(cells) + " |\n" for cells in lines)
 
 

@@ -5,7 +5,11 @@ Algorithms that learn collaboration weights keep them in their run folder as
 ``collaboration.npz``: ``weights`` [n, n] (row i: how much client ``clients[i]`` relies on
 client ``clients[j]``; NaN where an entry does not apply), ``clients`` [n], optionally
 ``groups`` [n] (true group per client, -1 for none; else taken from ``clients.csv``) and
-``history`` [T, n, n] with ``history_times_s`` [T] and ``history_rounds`` [T]. The figures
+``history`` [T, n, n] with ``history_times_s`` [T] and ``history_rounds`` [T], and where the
+weights are on models that others train too (FedeRiCo) ``reliance`` [n, n] (whose training
+client i relies on) with ``reliance_history`` [T, n, n]: the figures then show both, and the
+own-group mass over time is the reliance's, so that a group that adopted a model hosted by
+another group's client does not read as relying on that group. The figures
 follow the papers: the final matrix with clients sorted by group so that the block-diagonal
 oracle shows (CoBo Fig. 6/8, diagonal masked), its evolution over the run, and per-client
 weight trajectories (FedeRiCo Fig. 3).
@@ -54,6 +58,8 @@ class Collaboration:
     history: np.ndarray | None = None
     history_times_s: np.ndarray | None = None
     history_rounds: np.ndarray | None = None
+    reliance: np.ndarray | None = None  # whose training each client relies on (FedeRiCo)
+    reliance_history: np.ndarray | None = None
 
 
 def _check_weights(name: str, values: np.ndarray, shape: tuple[int, ...], where: Path) -> None:
@@ -135,6 +141,14 @@ def load_collaboration(run_dir: Path) -> Collaboration:
             raise ValueError(f"{path}: history_times_s must be [{len(history)}], {times.shape}")
         _check_ids("history_rounds", rounds, len(history), path)
 
+    reliance, reliance_history = arrays.get("reliance"), arrays.get("reliance_history")
+    if reliance is not None:
+        _check_weights("reliance", reliance, (n, n), path)
+    if reliance_history is not None:
+        if history is None or reliance is None:
+            raise ValueError(f"{path}: reliance_history comes without history and reliance")
+        _check_weights("reliance_history", reliance_history, history.shape, path)
+
     return Collaboration(
         label=run_dir.name,
         path=run_dir,
@@ -144,6 +158,8 @@ def load_collaboration(run_dir: Path) -> Collaboration:
         history=None if history is None else history.astype(float),
         history_times_s=times,
         history_rounds=None if rounds is None else rounds.astype(int),
+        reliance=None if reliance is None else reliance.astype(float),
+        reliance_history=None if reliance_history is None else reliance_history.astype(float),
     )
 
 
@@ -275,22 +291,32 @@ def plot_collaboration(
     run_dir: Path | Collaboration, out_path: Path, *, mask_diagonal: bool = True
 ) -> Path:
     """Heatmap of the final weights, clients sorted by group with each group's block
-    outlined, so weights that found the true groups show as the outlined blocks."""
+    outlined, so weights that found the true groups show as the outlined blocks. With a
+    ``reliance`` matrix (weights on models others train too), a second heatmap beside it:
+    whose training each client relies on."""
     collab = _as_collaboration(run_dir)
     order = _order(collab)
-    shown = _shown(collab.weights, order, mask_diagonal)
+    panels = [("weights", "client j (relied on)", collab.weights)]
+    if collab.reliance is not None:
+        panels = [
+            ("weights: whose model i uses", "model of client j", collab.weights),
+            ("reliance: whose training i uses", "client j (trains it)", collab.reliance),
+        ]
+    shown = [_shown(matrix, order, mask_diagonal) for _, _, matrix in panels]
     n = len(order)
     side = min(max(4.0, 0.25 * n), 10.0)
-    figure = Figure(figsize=(side + 1.5, side))
-    ax = figure.add_subplot()
-    image = _draw_matrix(ax, shown, collab, order, _colour_max(shown))
-    figure.colorbar(image, ax=ax, label="weight" + (" (diagonal masked)" if mask_diagonal else ""))
-    ax.set_xlabel("client j (relied on), sorted by group")
-    ax.set_ylabel("client i (relying)")
-    ax.set_title(
-        f"{collab.label}: collaboration weights\n{_mass_text(collab.weights, collab.groups)}",
-        fontsize="medium",
+    figure = Figure(figsize=(len(panels) * side + 1.5, side + 0.4))
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    vmax = _colour_max(*shown)
+    for ax, (title, xlabel, matrix), matrix_shown in zip(axes, panels, shown, strict=True):
+        image = _draw_matrix(ax, matrix_shown, collab, order, vmax)
+        ax.set_xlabel(f"{xlabel}, sorted by group")
+        ax.set_title(f"{title}\n{_mass_text(matrix, collab.groups)}", fontsize="medium")
+    axes[0].set_ylabel("client i (relying)")
+    figure.colorbar(
+        image, ax=list(axes), label="weight" + (" (diagonal masked)" if mask_diagonal else "")
     )
+    figure.suptitle(f"{collab.label}: collaboration weights")
     return style.save(figure, out_path)
 
 
@@ -332,7 +358,8 @@ def plot_collaboration_evolution(
     figure.colorbar(image, ax=panels, label="weight", shrink=0.9)
 
     ax = figure.add_subplot(grid[1, :])
-    masses = np.array([own_group_mass(h, collab.groups) for h in history])
+    measured = history if collab.reliance_history is None else collab.reliance_history
+    masses = np.array([own_group_mass(h, collab.groups) for h in measured])
     if np.isfinite(masses).any():
         points = style.lone_point_style(len(history))
         ax.plot(times, [_mean(m) for m in masses], color=style.colour(0), label="mean", **points)
@@ -346,7 +373,7 @@ def plot_collaboration_evolution(
         )
         ax.plot(
             times,
-            [_uniform_baseline(h, collab.groups) for h in history],
+            [_uniform_baseline(h, collab.groups) for h in measured],
             color="black",
             linestyle="--",
             linewidth=1,
@@ -373,7 +400,7 @@ def plot_collaboration_evolution(
             transform=ax.transAxes,
         )
     ax.set_xlabel("Simulated time (s)")
-    ax.set_ylabel("Own-group mass")
+    ax.set_ylabel("Own-group mass" + ("" if measured is history else "\n(whose training)"))
     ax.grid(True, alpha=0.3)
     figure.suptitle(f"{collab.label}: collaboration weights over the run")
     return style.save(figure, out_path)

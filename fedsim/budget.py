@@ -258,8 +258,8 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
         "computing, waiting for the uplink medium (TDMA) and on the air, then idle until the "
         "round closes (or at a barrier).",
         "closed_form_s: E[round time] where a closed form is exact, n/a otherwise. Breakdown "
-        "n/a: no participant to break down (local training and asynchronous servers gather no "
-        "round; a round that kept no update has none: see why above). "
+        "n/a: no participant to break down (local training at its own pace and asynchronous "
+        "servers gather no round; a round that kept no update has none: see why above). "
         "_tx/rnd: transmissions started per round (a multicast counts once). on_air_MB = "
         "delivered_MB + retx_MB (transport blocks that failed and were sent again) + cut_MB "
         "(transfers cut or lost, updates dropped, broadcasts nobody received); wasted = "

@@ -36,7 +36,7 @@ def _rows(evaluations: int, bytes_per_round: int = 40_000, speed: float = 1.0) -
         rows.append(
             f"{10.0 * i:.1f},{i},{accuracy:.4f},{worst:.4f},{accuracy - 0.1:.4f},"
             f"{accuracy:.4f},{accuracy + 0.05:.4f},{2.0 / (i + 1):.4f},"
-            f"{bytes_per_round * i},{2 * bytes_per_round * i},0,0,{5 if i else 0}"
+            f"{bytes_per_round * i},{2 * bytes_per_round * i},0,0,{5 if i else 0},{1000 * i}"
         )
     return rows
 
@@ -103,8 +103,23 @@ def test_load_run_rejects_malformed_row_in_the_middle(tmp_path: Path) -> None:
         load_run(folder)
 
 
+def test_a_run_written_before_the_samples_column_loads_and_skips_the_samples_figure(
+    tmp_path: Path,
+) -> None:
+    old_header = HEADER.removesuffix(",samples_trained")
+    assert old_header != HEADER
+    folder = tmp_path / "old"
+    folder.mkdir()
+    rows = [row.rsplit(",", 1)[0] for row in _rows(4)]
+    (folder / "metrics.csv").write_text("\n".join([old_header, *rows]) + "\n")
+    run = load_run(folder)
+    assert "samples_trained" not in run.columns
+    paths = plot_runs([run], tmp_path / "out")
+    assert [path.name for path in paths] == ["time_to_accuracy.png", "accuracy_vs_bytes.png"]
+
+
 def test_load_run_reads_empty_train_loss_as_nan(tmp_path: Path) -> None:
-    row = "5.0,1,0.5,0.3,0.4,0.5,0.6,,1000,2000,0,0,3"
+    row = "5.0,1,0.5,0.3,0.4,0.5,0.6,,1000,2000,0,0,3,640"
     run = load_run(_write_run(tmp_path / "fedavg", [row]))
     assert math.isnan(run.columns["train_loss"][0])
     assert run.columns["participants"][0] == 3
@@ -235,6 +250,7 @@ def test_plot_runs_writes_both_figures(tmp_path: Path) -> None:
     assert paths == [
         tmp_path / "out" / "time_to_accuracy.png",
         tmp_path / "out" / "accuracy_vs_bytes.png",
+        tmp_path / "out" / "accuracy_vs_samples.png",
     ]
     for path in paths:
         _assert_png(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from analysis.weights import (
     plot_weight_trajectories,
     snapshot_indices,
 )
+from fedsim.algorithms.federico import training_reliance
 from fedsim.cli import main
 from fedsim.results.files import CLIENT_COLUMNS
 
@@ -269,3 +271,50 @@ def test_cli_plot_draws_the_collaboration_figures(tmp_path: Path, capsys, monkey
     (scenario / "cobo" / COLLABORATION_FILE).write_bytes(b"not a zip")
     assert main(["plot", str(scenario)]) == 2
     assert "unreadable" in capsys.readouterr().err
+
+
+# --- FedeRiCo: reliance by who trains the models --------------------------------------------
+
+
+def test_training_reliance_reads_a_group_on_another_groups_model_as_its_own():
+    """Group A (0, 1) uses the model hosted by client 3 of group B, group B (2, 3) the one
+    of client 2: by owner A relies on B only; by who trains the models, on A only."""
+    weights = np.zeros((4, 4))
+    weights[[0, 1], 3] = 1.0
+    weights[[2, 3], 2] = 1.0
+    groups = np.array([0, 0, 1, 1])
+    assert own_group_mass(weights, groups)[:2] == pytest.approx([0.0, 0.0])
+    reliance = training_reliance(weights)
+    np.testing.assert_allclose(reliance[0], [0.5, 0.5, 0.0, 0.0])
+    np.testing.assert_allclose(reliance[3], [0.0, 0.0, 0.5, 0.5])
+    assert own_group_mass(reliance, groups) == pytest.approx(np.ones(4))
+
+
+def test_training_reliance_by_hand_keeps_rows_summing_to_one_and_absent_clients_nan():
+    weights = np.array(
+        [[0.5, 0.5, np.nan], [0.2, 0.8, np.nan], [np.nan, np.nan, np.nan]]
+    )  # client 2 not present
+    reliance = training_reliance(weights)
+    # model 0: trainers 0 (0.5) and 1 (0.2) -> shares 5/7, 2/7; model 1: 0.5 / 1.3, 0.8 / 1.3
+    expected_0 = [0.5 * 5 / 7 + 0.5 * 0.5 / 1.3, 0.5 * 2 / 7 + 0.5 * 0.8 / 1.3]
+    np.testing.assert_allclose(reliance[0, :2], expected_0)
+    np.testing.assert_allclose(reliance[:2, :2].sum(axis=1), 1.0)
+    assert np.isnan(reliance[2]).all() and np.isnan(reliance[:, 2]).all()
+
+
+def test_a_collaboration_with_reliance_loads_plots_both_and_checks_its_shape(tmp_path):
+    weights = np.full((4, 4), 0.25)
+    run_dir = tmp_path / "federico"
+    run_dir.mkdir()
+    arrays = {"weights": weights, "clients": np.arange(4), "groups": np.array([0, 0, 1, 1])}
+    np.savez(run_dir / "collaboration.npz", **arrays, reliance=training_reliance(weights))
+    collab = load_collaboration(run_dir)
+    np.testing.assert_allclose(collab.reliance, 0.25)
+    out = plot_collaboration(collab, tmp_path / "both.png")
+    single = plot_collaboration(replace(collab, reliance=None), tmp_path / "one.png")
+    from PIL import Image  # matplotlib's own dependency
+
+    assert Image.open(out).width > 1.5 * Image.open(single).width  # two panels side by side
+    np.savez(run_dir / "collaboration.npz", **arrays, reliance=np.ones((3, 3)))
+    with pytest.raises(ValueError, match="reliance"):
+        load_collaboration(run_dir)

@@ -47,6 +47,7 @@ def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
             "whole_transfer",
             "harq",
             "pf",
+            "pf_per_prb",
             "cells7",
         ]
         assert all(r["events"] > 0 and _positive(r["events_per_s"]) for r in results["rows"])
@@ -56,7 +57,7 @@ def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
             assert 0 <= radio["fading_changes"] <= radio["upload_replans"]
         assert radios[0]["wasted_mb"] < radios[1]["wasted_mb"]  # ideal loses only cut uploads
         for label in ("radio_over_fixed", "harq_over_whole_transfer", "pf_over_radio",
-                      "cells7_over_radio"):  # fmt: skip
+                      "pf_over_pf_per_prb", "cells7_over_radio"):  # fmt: skip
             ratios = results[label]
             assert all(_positive(v) for k, v in ratios.items() if k != "ratio")
     elif name == "precision":

@@ -140,7 +140,7 @@ def test_cobo_pair_schedules():
     assert pair_probability(mixed, 20, 8, 100) == pytest.approx(1 / 16)
     root = config(pair_sampling="mixed", switch_fraction=0.1, decay="inverse_sqrt")
     assert pair_probability(root, 40, 8, 100) == pytest.approx(1 / 16)
-    assert pair_probability(config(pair_probability=0.3), 1, 8, 100) == 0.3
+    assert pair_probability(config(pair_sampling="mixed", pair_probability=0.3), 1, 8, 100) == 0.3
 
 
 def test_cobo_messages_follow_the_sampled_pairs_and_nonzero_weights(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from analysis.weights import load_collaboration
+from analysis.weights import load_collaboration, own_group_mass
 from fedsim.config import parse_scenario
 from fedsim.study import run_scenario
 from tests.conftest import requires_real_data, tiny_scenario
@@ -60,6 +60,9 @@ def test_federico_learns_from_its_own_distribution_and_beats_local_and_fedavg(tm
     same = (groups[:, None] == groups[None, :]) & ~np.eye(8, dtype=bool)
     assert shared[same].mean() > 0.8
     assert shared[~same & ~np.eye(8, dtype=bool)].max() < 0.05  # never across distributions
+    # Measured by who trains the models, every client relies on its own group alone.
+    np.testing.assert_allclose(np.nansum(weights.reliance, axis=1), 1.0, rtol=1e-9)
+    assert own_group_mass(weights.reliance, groups).min() > 0.95
     federico = final_accuracy(results_dir, "federico")
     assert federico > final_accuracy(results_dir, "local") + 0.02
     assert federico > final_accuracy(results_dir, "fedavg") + 0.02

@@ -105,7 +105,8 @@ def test_bytes_are_params_times_precision_times_messages(
 def test_local_never_communicates_and_runs_at_its_own_pace(tmp_path):
     system = {"compute": {"t_min_s": 0.5, "mean_extra_s": 0.0}}
     world = make_world(
-        tiny_scenario(tmp_path, system=system, algorithms=[{"name": "local"}]), tmp_path
+        tiny_scenario(tmp_path, system=system, algorithms=[{"name": "local", "barrier": False}]),
+        tmp_path,
     )
     rows = run_world(world)
     assert [r["time_s"] for r in rows] == pytest.approx([0.5, 1.0, 1.5])

@@ -24,6 +24,7 @@ from fedsim.results.files import ENERGY_COLUMNS, ENERGY_TOTALS, METRICS_COLUMNS
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TARGET = 0.8
 UP, DOWN = 100_000, 200_000  # bytes per evaluation in the hand-made runs
+SAMPLES = 800  # training samples per evaluation in the hand-made runs
 Z95 = 1.959963984540054  # standard normal 97.5% quantile
 T95 = {1: 12.706204736, 2: 4.302652730}  # Student t 97.5% quantile by degrees of freedom
 
@@ -152,6 +153,7 @@ def _write_run(
             "p10_accuracy": acc - 0.05, "p50_accuracy": acc, "p90_accuracy": acc + 0.05,
             "train_loss": "" if i == 0 else 1.0 / i, "uplink_bytes": UP * i,
             "downlink_bytes": DOWN * i, "d2d_bytes": 0, "wasted_bytes": 0, "participants": 4,
+            "samples_trained": SAMPLES * i,
         } | {name: 10.0 * i for name in ENERGY_TOTALS}  # fmt: skip
         rows.append(",".join(str(row[c]) for c in columns))
     (folder / "metrics.csv").write_text("\n".join([",".join(columns), *rows]) + "\n")
@@ -263,15 +265,17 @@ def test_format_table_md_and_csv(tmp_path: Path) -> None:
     rows = compare_rows(find_runs([_sweep(tmp_path)]))
     md = format_table(rows).splitlines()
     assert md[0].startswith("| run | runs | final accuracy % (± 95% CI) |")
-    assert md[0].endswith("| energy to target J |")
-    assert md[1] == "| " + " | ".join(["---"] * 10) + " |"
+    assert md[0].endswith("| energy to target J | samples to target (thousands) |")
+    assert md[1] == "| " + " | ".join(["---"] * 11) + " |"
     assert md[2] == (
-        "| fedavg | 3 | 81.0 ± 13.1 | 71.0 | 30.0 [20.0, 30.0] | 2/3 | 0.25 | 0.50 | 0.00 | – |"
-    )
-    assert md[3] == "| local | 1 | 30.0 | 20.0 | not reached [–, ∞] | 0/1 | – | – | – | – |"
+        "| fedavg | 3 | 81.0 ± 13.1 | 71.0 | 30.0 [20.0, 30.0] | 2/3 | 0.25 | 0.50 | 0.00 | – "
+        "| 2.0 |"
+    )  # samples: the median of 800 x 2 and 800 x 3 evaluations
+    assert md[3] == "| local | 1 | 30.0 | 20.0 | not reached [–, ∞] | 0/1 | – | – | – | – | – |"
     # zcobo: at 10 s the lower band is 0.5^7.385 = 0.006 -> CI low 10; S = 0 at 20 -> high 20.
     assert md[4] == (
-        "| zcobo | 2 | 87.5 ± 31.8 | 77.5 | 15.0 [10.0, 20.0] | 2/2 | 0.15 | 0.30 | 0.00 | 60.0 |"
+        "| zcobo | 2 | 87.5 ± 31.8 | 77.5 | 15.0 [10.0, 20.0] | 2/2 | 0.15 | 0.30 | 0.00 | 60.0 "
+        "| 1.2 |"
     )
 
     lines = format_table(rows, "csv").splitlines()
@@ -282,6 +286,7 @@ def test_format_table_md_and_csv(tmp_path: Path) -> None:
     assert (fedavg["km_median_ci95_low_s"], fedavg["km_median_ci95_high_s"]) == ("20.0", "30.0")
     assert (fedavg["reached"], fedavg["uplink_bytes_to_target"]) == ("2", "250000.0")
     assert fedavg["energy_to_target_j"] == ""
+    assert fedavg["samples_to_target"] == "2000.0"
     local = dict(zip(CSV_COLUMNS, lines[2].split(","), strict=True))
     assert (local["km_median_time_to_target_s"], local["km_median_ci95_high_s"]) == ("", "inf")
     assert local["final_accuracy_ci95"] == ""
@@ -453,7 +458,9 @@ def test_plot_runs_without_seeds_draws_no_pareto(tmp_path: Path) -> None:
     _write_run(toy, "fedavg", [0, 10, 20], [0.1, 0.8, 0.9])
     _write_run(toy, "local", [0, 10, 20], [0.1, 0.2, 0.3])
     paths = plot_runs(find_runs([toy]), tmp_path / "out")
-    assert [path.name for path in paths] == ["time_to_accuracy.png", "accuracy_vs_bytes.png"]
+    assert [path.name for path in paths] == [
+        "time_to_accuracy.png", "accuracy_vs_bytes.png", "accuracy_vs_samples.png"
+    ]  # fmt: skip
     for path in paths:
         _assert_png(path)
 

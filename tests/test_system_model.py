@@ -125,10 +125,18 @@ def test_round_breakdown_splits_queueing_from_air_time(tmp_path, downlink):
 
 
 def test_breakdown_is_not_applicable_without_server_rounds(tmp_path):
-    data = tiny_scenario(tmp_path, algorithms=[{"name": "local"}, {"name": "fedbuff"}])
-    local, fedbuff = budgets(data)
-    for budget in (local, fedbuff):
+    algorithms = [
+        {"name": "local", "barrier": False, "label": "own_pace"},
+        {"name": "fedbuff"},
+        {"name": "local"},
+    ]
+    own_pace, fedbuff, in_rounds = budgets(tiny_scenario(tmp_path, algorithms=algorithms))
+    for budget in (own_pace, fedbuff):
         assert budget.compute_s is None and budget.waiting_s is None and budget.round_s > 0
+    # Local in rounds has a barrier: computing, then idle until the slowest has trained.
+    assert in_rounds.downlink_s == in_rounds.uplink_s == 0.0
+    assert in_rounds.compute_s > 0 and in_rounds.waiting_s > 0
+    assert in_rounds.compute_s + in_rounds.waiting_s == pytest.approx(in_rounds.round_s)
 
 
 def test_over_selection_keeps_the_first_k(tmp_path):
@@ -248,12 +256,13 @@ def test_departure_mid_upload_is_wasted_not_received(tmp_path):
     assert check_events(results_dir / "fedavg" / "events.jsonl").ok
 
 
-def test_newcomers_train_and_are_evaluated_under_local(tmp_path):
+@pytest.mark.parametrize("barrier", [False, True])
+def test_newcomers_train_and_are_evaluated_under_local(tmp_path, barrier):
     data = tiny_scenario(
         tmp_path,
         clients={"count": 4, "arrivals": {"reserve": 2, "schedule": [{"time_s": 1.2, "count": 2}]}},
         system={"compute": {"t_min_s": 0.5, "mean_extra_s": 0.0}},
-        algorithms=[{"name": "local"}],
+        algorithms=[{"name": "local", "barrier": barrier}],
         run={"rounds": 6},
     )
     results_dir = run_scenario(parse_scenario(data), show_progress=False)
@@ -261,9 +270,14 @@ def test_newcomers_train_and_are_evaluated_under_local(tmp_path):
     evaluated = {r: set(clients[clients[:, 1] == r, 2].astype(int)) for r in range(1, 7)}
     assert evaluated[1] == evaluated[2] == {0, 1, 2, 3}  # rounds 1-2 end at 0.5 s and 1.0 s
     assert evaluated[6] == {0, 1, 2, 3, 4, 5}
-    # newcomers joined when round 2 was complete; they count from there: round 3 ends at 1.7 s
-    times = read_metrics(results_dir / "local")
-    assert times[2]["time_s"] == pytest.approx(1.7)
+    times = [row["time_s"] for row in read_metrics(results_dir / "local")]
+    if barrier:  # round 3 (1.0 to 1.5 s) trains the four; the newcomers from round 4 on
+        assert evaluated[3] == {0, 1, 2, 3, 4, 5}  # evaluated at their initial model
+        assert times == pytest.approx([0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
+        rounds = list(csv.DictReader((results_dir / "local" / "rounds.csv").open()))
+        assert [int(r["selected"]) for r in rounds] == [4, 4, 4, 6, 6, 6]
+    else:  # they joined when round 2 was complete and count from there: round 3 ends at 1.7 s
+        assert times[2] == pytest.approx(1.7)
 
 
 def test_sweep_runs_every_value_into_one_folder(tmp_path):

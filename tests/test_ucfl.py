@@ -52,7 +52,7 @@ def test_setup_and_rounds_move_what_the_paper_says(tmp_path):
     data = tiny_scenario(
         tmp_path,
         dataset={"partition": {"kind": "label_groups", "groups": 2}},
-        algorithms=[{"name": "ucfl", "streams": 2}],
+        algorithms=[{"name": "ucfl", "streams": 2, "variance_batches": 3}],
         run={"rounds": 3},
     )
     results_dir = run_scenario(parse_scenario(data), show_progress=False)

@@ -9,7 +9,7 @@ only because it has not arrived when it is needed.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 
 import numpy as np
 import simpy
@@ -93,11 +93,19 @@ class WeightHistory:
 
     Rows and columns are all clients (including the reserve of later arrivals); entries of
     clients not present are NaN. Saved every ``save_every_rounds`` rounds and when the run
-    finishes (also at a time budget), so an interrupted run keeps what it had.
+    finishes (also at a time budget), so an interrupted run keeps what it had. Where the
+    weights are on *models* that others train (FedeRiCo), ``reliance`` maps them to whose
+    training each client relies on; it is saved beside them (``reliance``, its history).
     """
 
-    def __init__(self, world: World, save_every_rounds: int = 10) -> None:
+    def __init__(
+        self,
+        world: World,
+        save_every_rounds: int = 10,
+        reliance: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
         self.world = world
+        self.reliance = reliance
         n = len(world.clients)
         rounds = world.scenario.run.rounds or 1000
         self.stride = max(1, -(-rounds * n * n // MAX_HISTORY_FLOATS))
@@ -120,12 +128,20 @@ class WeightHistory:
     def save(self) -> None:
         if self.world.timing_only or self.latest is None:
             return
+        history = np.stack(self.snapshots) if self.snapshots else self.latest[None]
+        extra = {}
+        if self.reliance is not None:
+            extra = {
+                "reliance": self.reliance(self.latest),
+                "reliance_history": np.stack([self.reliance(h) for h in history]),
+            }
         self.world.save_arrays(
             COLLABORATION_FILE,
             weights=self.latest,
             clients=np.arange(len(self.world.clients)),
             groups=np.array([c.shard.group for c in self.world.clients]),
-            history=np.stack(self.snapshots) if self.snapshots else self.latest[None],
+            history=history,
             history_times_s=np.array(self.times_s),
             history_rounds=np.array(self.rounds),
+            **extra,
         )

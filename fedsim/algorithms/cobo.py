@@ -23,7 +23,14 @@ direction for every other pair with w > 0 (spec §3).
 Pair sampling, p = ``pair_probability`` (default 1/n, n the present clients):
 ``constant`` p; ``decaying`` p/t (or p/√t); ``mixed`` (the paper's best, Table 1) p for the
 first T0 = ⌈``switch_fraction`` · rounds⌉ rounds, then p·T0/t (or p·√(T0/t)), continuous at
-the switch; ``all`` every pair every round (Table 1's "no sampling").
+the switch; ``all`` every pair every round (Table 1's "no sampling"). ``auto`` (the default,
+fedsim's) is ``mixed`` raised where it is too sparse for the run: over the first
+T1 = max(⌈``meeting_fraction`` · rounds⌉, ⌈m⌉) rounds p = m/T1, so that each pair of present
+clients meets m = ``expected_meetings`` times in expectation, whatever n, then m/T1 · T1/t
+(the same law: ≈ m ln(T/T1) more meetings, so the tail needs no constant floor, which would
+keep O(n) pairs a round to the end). It never goes below ``mixed``: in the paper's runs
+(40,000 rounds) ``mixed`` is the larger throughout and ``auto`` equals it, while in 300
+rounds with 40 clients ``mixed`` gives a pair about 0.16 meetings and W never moves.
 
 The X-step is the paper's explicit step: with SGD it is stable only while
 η ρ Σ_k w_ik < 2 (1 + momentum), and at W⁰ = 1 the sum is n − 1, so the scenario check
@@ -99,7 +106,12 @@ class CoboState:
 
 
 def pair_probability(config: CoboConfig, round_index: int, clients: int, rounds: int) -> float:
-    """p_t of the configured schedule for round t = round_index (1-based)."""
+    """p_t of the configured schedule for round t = round_index (1-based).
+
+    ``auto`` is ``mixed`` lifted to m / T1 for t ≤ T1 (m = ``expected_meetings``), then
+    m/T1 · decay(T1/t): a pair present through the first T1 rounds meets m times in
+    expectation, whatever n. T1 ≥ ⌈m⌉ keeps m / T1 ≤ 1, so the promise holds in any run.
+    """
     p = config.pair_probability if config.pair_probability is not None else 1 / max(clients, 1)
     decay = (lambda ratio: ratio) if config.decay == "inverse" else math.sqrt
     if config.pair_sampling == "all":
@@ -109,7 +121,13 @@ def pair_probability(config: CoboConfig, round_index: int, clients: int, rounds:
     if config.pair_sampling == "decaying":
         return min(1.0, p * decay(1 / round_index))
     switch = max(1, math.ceil(config.switch_fraction * rounds))
-    return min(1.0, p if round_index <= switch else p * decay(switch / round_index))
+    mixed = min(1.0, p if round_index <= switch else p * decay(switch / round_index))
+    if config.pair_sampling == "mixed":
+        return mixed
+    meetings = config.expected_meetings
+    window = max(math.ceil(config.meeting_fraction * rounds), math.ceil(meetings))
+    guaranteed = meetings / window * (1 if round_index <= window else decay(window / round_index))
+    return max(mixed, guaranteed)
 
 
 def run(

@@ -52,7 +52,11 @@ copy (CHOCO-SGD's rule, ``fedsim.world.compression``; a requester that missed a 
 gets the whole copy) and the requester evaluates and differentiates the copy it holds; the
 gradients are compressed as they are. This is fedsim's extension: the paper sends models.
 
-The weights w (K × K, all clients ever) are saved every 10 rounds in ``collaboration.npz``.
+The weights w (K × K, all clients ever) are saved every 10 rounds in ``collaboration.npz``,
+with ``reliance``: whose *training* each client relies on (``training_reliance``). w_ij is
+on the model φ_j, which its users train, not only its owner j: a group that adopted a model
+hosted by another group's client reads as relying on that group by w, though it trains and
+uses the model alone; ``reliance`` shows the groups as they are.
 """
 
 from __future__ import annotations
@@ -104,13 +108,29 @@ class FedericoState:
         return matrix
 
 
+def training_reliance(weights: np.ndarray) -> np.ndarray:
+    """R_ik = Σ_j w_ij · w_kj / Σ_l w_lj: client i's weight on each model j, split among the
+    clients whose gradients train φ_j in proportion to the weight they send them with (g_jk =
+    w_kj ∇, Eq. 8; as if every user sent its gradient every round). Rows sum to 1 as w's do;
+    NaN rows and columns (clients not present) stay NaN."""
+    known = np.isfinite(weights)
+    w = np.where(known, weights, 0.0)
+    trainers = w.sum(axis=0)
+    shares = np.divide(w, trainers, out=np.zeros_like(w), where=trainers > 0)  # [k, j]
+    reliance = w @ shares.T
+    present = known.any(axis=1)
+    reliance[~present, :] = np.nan
+    reliance[:, ~present] = np.nan
+    return reliance
+
+
 def run(
     world: World, config: FedericoConfig, state: FedericoState | None = None
 ) -> Generator[simpy.Event, object, None]:
     state = FedericoState() if state is None else state
     total = len(world.clients)
     state.last_loss, state.ema_loss = np.zeros((total, total)), np.zeros((total, total))
-    history = WeightHistory(world)
+    history = WeightHistory(world, reliance=training_reliance)
     sampling_rng = world.streams.generator("federico_neighbours")
 
     def join(client: int) -> None:

@@ -1,10 +1,18 @@
 """Local training: every client trains alone on its own data and never communicates.
 
-Without a server there is no round barrier: each client trains at its own device's pace
-while it is online (training cut by going offline is lost and redone). Round r is
-complete when every present client has finished r trainings counted from its arrival
-(a newcomer starts at the round completed when it joined, from the common initial model);
-the evaluation then takes each client's current model.
+Two paces (``barrier``):
+
+- **in rounds** (default): each round, the clients a synchronous server with the same
+  ``client_fraction`` would select (``World.select_clients``, the same sampling stream)
+  train once from their own model; the round ends when each has finished or dropped out
+  (offline or gone: its training is lost and holds nobody up). After round r no client has
+  trained more than r times, so "equal rounds" means equal training against any server.
+- **at its own pace**: there is no server, so no barrier: each client trains back to back
+  while it is online (training cut by going offline is lost and redone). Round r is complete
+  when every present client has finished r trainings counted from its arrival.
+
+Either way a newcomer starts from the common initial model (at the round completed when it
+joined, at its own pace), and the evaluation takes each client's current model.
 """
 
 from __future__ import annotations
@@ -19,6 +27,40 @@ from fedsim.world import World
 
 
 def run(world: World, config: LocalConfig) -> Generator[simpy.Event, object, None]:
+    if config.barrier:
+        yield from _in_rounds(world, config)
+    else:
+        yield from _at_own_pace(world)
+
+
+def _in_rounds(world: World, config: LocalConfig) -> Generator[simpy.Event, object, None]:
+    models: dict[int, torch.Tensor] = {}
+
+    def join(client: int) -> None:
+        models[client] = world.initial_params(client)  # its architecture's common start
+
+    def leave(client: int) -> None:
+        models.pop(client, None)
+
+    def train_once(client: int) -> Generator[simpy.Event, object, torch.Tensor]:
+        result = yield from world.train(client, models[client])
+        return result.params
+
+    world.on_join, world.on_leave = join, leave
+    for client in world.client_ids:
+        join(client)
+    world.set_models(models)  # live: a time-cadence evaluation sees every finished training
+    for round_index in world.rounds():
+        selected = yield from world.select_clients(config.client_fraction)
+        tasks = {c: world.start_task(c, train_once(c)) for c in selected}
+        trained = yield from world.finish_all(tasks)
+        for client, params in trained.items():
+            if client in models:  # it may have left since
+                models[client] = params
+        world.end_round(round_index, dict(models), participants=len(trained))
+
+
+def _at_own_pace(world: World) -> Generator[simpy.Event, object, None]:
     models: dict[int, torch.Tensor] = {}
     trainings: dict[int, int] = {}  # per present client, counted from the round it joined at
     rounds = world.rounds()

@@ -5,7 +5,14 @@ its full gradient g_i at theta0 and a noise estimate sigma_i^2 (eq. 10: mean squ
 distance of K mini-batch gradients from g_i) and uploads {g_i, sigma_i^2, n_i}; the server
 computes the collaboration weights of eq. (9),
     w_ij ∝ n_j exp(-||g_i - g_j||^2 / (2 sigma_i^2)),   rows summing to 1,
-once, in the log domain. Communication-efficient variant (Section IV-C, Algorithm 2):
+once, in the log domain. The bandwidth grows with K (sigma_i^2 is about K - 1 times the noise
+v_i of g_i), and the paper tunes it by hand (Fig. 7). With ``variance_batches: auto`` every
+client sends sigma_i^2 for each candidate K (one pass over its data serves them all) and the
+server keeps the K of lowest estimated error of the weighted gradient sum_j w_ij g_j as an
+estimate of client i's expected gradient (``choose_variance_batches``). Not the silhouette
+of W: it is scale-free, and a flat kernel's rows (uniform plus a small tilt shaped like Δ)
+separate as well as a sharp kernel's, so it picked the flattest K on MNIST label permutations.
+Communication-efficient variant (Section IV-C, Algorithm 2):
 k-means on the rows of W gives k streams; k is the argmax over K = 2..m-1 of the trade-off
 c(K, s_K) of the silhouette s_K (``streams: auto``), or given.
 Rounds (lines 7-12): the server multicasts each stream model theta_(n) to its members
@@ -27,10 +34,14 @@ is exact.
 
 Choices where the paper is silent (documented parameters or here): the setup round takes
 the time of one local epoch of gradient work plus its transfers and is part of the clock;
-n_i travels with sigma_i^2 (2 floats); clients without a row of W (they missed the setup
-or joined later) follow the largest stream and their uploads carry no weight; with
-``bandwidth: symmetric`` the authors' code's 2 sqrt(sigma_i^2 sigma_j^2) replaces 2 sigma_i^2.
-The weights, the silhouette curve and the streams are saved in ``collaboration.npz``.
+n_i travels with sigma_i^2 (one float per K computed, plus one); clients without a row of W
+(they missed the setup or joined later) follow the largest stream and their uploads carry no
+weight; with ``bandwidth: symmetric`` the authors' code's 2 sqrt(sigma_i^2 sigma_j^2) replaces
+2 sigma_i^2.
+Saved in ``collaboration.npz``: the weights, clients, streams, centroids and silhouette curve
+(``silhouette_k``, ``silhouette``), the candidate K (``variance_batches``: the one given, or
+the candidates), the relative error of each (``variance_risk``, NaN where not every client
+could split its data so) and the K used (``variance_batches_chosen``).
 A timing-only run (``fedsim budget``) has no gradients, hence no weights: a given k becomes k
 streams of consecutive clients of equal size (within one), so the budget sends what k streams
 send; ``streams: auto`` cannot be budgeted.
@@ -39,8 +50,9 @@ send; ``streams: auto`` cannot be budgeted.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 import simpy
@@ -59,6 +71,7 @@ SIGMA_FLOOR = 1e-12  # sigma_i^2 = 0 (a client whose batches all equal its data)
 # exp(-huge) weight is exactly 0 or a denormal depends on the CPU's exp and BLAS rounding.
 MIN_STREAM_MASS = 1e-9
 TIE_REL_TOL = 1e-9  # trade-off values this close count as equal: the fewest streams win
+RISK_TIE_TOL = 1e-9  # relative errors (order 1) this close count as equal: the fewest batches win
 
 
 def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None]:
@@ -75,12 +88,17 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
     }
     reports = yield from world.gather(tasks, deadline_s=config.deadline_s)
     reporters = sorted(reports)
-    weights = collaboration_weights(
-        torch.stack([reports[c][0] for c in reporters]),
-        np.array([reports[c][1] for c in reporters]),
-        np.array([reports[c][2] for c in reporters]),
-        config.bandwidth,
-    )
+    counts = variance_batch_counts(config)
+    gradients = torch.stack([reports[c][0] for c in reporters])
+    sigma2 = np.array([reports[c][1] for c in reporters])  # (clients, candidate K)
+    sizes = np.array([reports[c][2] for c in reporters])
+    if world.timing_only:  # no gradients: uniform weights whatever the K (and nothing saved)
+        chosen, risks = 0, np.full(len(counts), np.nan)
+        weights = collaboration_weights(gradients, sigma2[:, 0], sizes, config.bandwidth)
+    else:
+        chosen, weights, risks = choose_variance_batches(
+            gradient_distances(gradients), sigma2, sizes, counts, config.bandwidth
+        )
     model_bytes = world.model_message_bytes("downlink"), world.model_message_bytes("uplink")
     k, labels, centroids, scores = choose_streams(weights, reporters, config, world, model_bytes)
     if round_time_is_exact(world, config):
@@ -99,6 +117,9 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
         centroids=centroids,
         silhouette_k=np.array(list(scores), dtype=int),
         silhouette=np.array(list(scores.values())),
+        variance_batches=np.array(counts),
+        variance_risk=risks,
+        variance_batches_chosen=np.array(counts[chosen]),
     )
 
     # --- training rounds: k group-casts down, m models up, centroid-weighted aggregation ---
@@ -158,36 +179,135 @@ def barrier_update(
 
 def report_statistics(
     world: World, client: int, theta0: torch.Tensor, arrived: simpy.Event, config: UcflConfig
-) -> Generator[simpy.Event, object, tuple[torch.Tensor, float, int]]:
-    """Client side of the setup: g_i and sigma_i^2 at theta0 (eq. 10), uploaded with n_i."""
+) -> Generator[simpy.Event, object, tuple[torch.Tensor, np.ndarray, int]]:
+    """Client side of the setup: g_i and sigma_i^2 at theta0 (eq. 10), one per candidate K,
+    uploaded with n_i."""
     yield arrived
     shard = world.clients[client].shard
     n = shard.num_train
+    counts = variance_batch_counts(config)
     yield from world.work(client, steps=world.trainer.num_steps(n, epochs=1), samples=n)
     if world.timing_only:
-        gradient, sigma2 = torch.empty_like(theta0), 1.0
+        gradient, sigma2 = torch.empty_like(theta0), np.ones(len(counts))
     else:
         gradient = world.trainer.gradient(theta0, shard.x_train, shard.y_train)
         order = world.streams.generator("ucfl-batches", client).permutation(n)
-        batch_gradients = [
-            world.trainer.gradient(theta0, shard.x_train[b], shard.y_train[b])
-            for b in np.array_split(order, config.variance_batches)
-        ]
-        sigma2 = float(np.mean([float((g - gradient).square().sum()) for g in batch_gradients]))
-    received, _ = yield from world.upload(client, gradient, torch.tensor([sigma2, float(n)]))
+        sigma2 = variance_estimates(
+            lambda b: world.trainer.gradient(theta0, shard.x_train[b], shard.y_train[b]),
+            gradient,
+            order,
+            counts,
+        )
+    stats = torch.tensor([*sigma2.tolist(), float(n)])
+    received, _ = yield from world.upload(client, gradient, stats)
     return received, sigma2, n
+
+
+def variance_batch_counts(config: UcflConfig) -> list[int]:
+    """The K a client computes sigma_i^2 for: the one given, or the candidates (ascending)."""
+    if config.variance_batches == "auto":
+        return sorted(config.variance_batch_candidates)
+    return [config.variance_batches]
+
+
+def variance_estimates(
+    gradient_of: Callable[[np.ndarray], torch.Tensor],
+    full: torch.Tensor,
+    order: np.ndarray,
+    counts: Sequence[int],
+) -> np.ndarray:
+    """Eq. (10) for each K of ``counts``: the mean squared distance from ``full`` of the
+    gradients of the K batches ``np.array_split(order, K)``; NaN where K exceeds the samples.
+
+    Every K's batches are unions of the pieces between all the K's cut points, and a batch's
+    gradient is the size-weighted mean of its pieces' gradients: one pass over the data serves
+    every K (a batch of one piece is that piece's gradient, so a single K is eq. 10 as is).
+    """
+    n = len(order)
+    cuts = {
+        count: [0, *np.cumsum([len(b) for b in np.array_split(order, count)]).tolist()]
+        for count in counts
+        if count <= n
+    }
+    edges = sorted({edge for bounds in cuts.values() for edge in bounds})
+    pieces = {start: (end - start, gradient_of(order[start:end])) for start, end in pairwise(edges)}
+    sigma2 = np.full(len(counts), np.nan)
+    for index, count in enumerate(counts):
+        if count not in cuts:
+            continue
+        batches = []
+        for low, high in pairwise(cuts[count]):
+            parts = [pieces[start] for start in edges if low <= start < high]
+            if len(parts) == 1:
+                batches.append(parts[0][1])
+            else:
+                batches.append(sum(size * g for size, g in parts) / sum(s for s, _ in parts))
+        sigma2[index] = np.mean([float((g - full).square().sum()) for g in batches])
+    return sigma2
+
+
+def choose_variance_batches(
+    delta: np.ndarray, sigma2: np.ndarray, sizes: np.ndarray, counts: Sequence[int], bandwidth: str
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """The index in ``counts`` of the K to use, its weights, and each K's relative error.
+
+    ``sigma2[i, c]``: client i's eq. (10) with ``counts[c]`` batches. Each K every client could
+    compute gives weights (eq. 9); the one of least ``relative_risk`` wins, (near-)ties going
+    to the fewest batches. The noise v_i of g_i is pooled over those K: E[sigma_i^2] =
+    (K - 1) v_i for K equal batches.
+    """
+    usable = np.flatnonzero(np.isfinite(sigma2).all(axis=0))
+    if not len(usable):
+        raise ValueError(
+            f"ucfl: a client has fewer training samples than the fewest variance batches "
+            f"({min(counts)}): no sigma_i^2 to compute"
+        )
+    noise = sigma2[:, usable].sum(axis=1) / sum(counts[c] - 1 for c in usable)
+    noise = np.maximum(noise, SIGMA_FLOOR)
+    weights = {c: kernel_weights(delta, sigma2[:, c], sizes, bandwidth) for c in usable}
+    risks = np.full(len(counts), np.nan)
+    for c, w in weights.items():
+        risks[c] = relative_risk(w, delta, noise)
+    low = np.nanmin(risks)
+    best = min((c for c in usable if risks[c] <= low + RISK_TIE_TOL), key=lambda c: counts[c])
+    return int(best), weights[best], risks
+
+
+def relative_risk(weights: np.ndarray, delta: np.ndarray, noise: np.ndarray) -> float:
+    """Mean over clients of R_i / v_i: the estimated E||sum_j w_ij g_j - E[g_i]||^2 relative to
+    v_i = E||g_i - E[g_i]||^2, the error of learning alone (1), as in Theorem 1's bias and
+    variance. R_i = ||sum_j w_ij (g_j - g_i)||^2 + (2 w_ii - 1) v_i is unbiased for fixed
+    weights and independent clients (the first term compares with the noisy g_i: it gains v_i,
+    and loses 2 w_ii v_i through g_i's share of the sum); its squared norm is
+    sum_j w_ij Δ_ij - 1/2 sum_jk w_ij w_ik Δ_jk, from the distances alone.
+    """
+    bias = (weights * delta).sum(axis=1) - 0.5 * ((weights @ delta) * weights).sum(axis=1)
+    risk = np.maximum(bias, 0.0) + (2 * np.diag(weights) - 1) * noise
+    return float(np.mean(risk / noise))
+
+
+def gradient_distances(gradients: torch.Tensor) -> np.ndarray:
+    """Δ_ij = ||g_i - g_j||^2 in float64 (Δ_ii = 0 exactly)."""
+    g = gradients.double()
+    squared = g.square().sum(dim=1)
+    delta = (squared[:, None] + squared[None, :] - 2 * g @ g.T).clamp_min(0).numpy()
+    np.fill_diagonal(delta, 0.0)
+    return delta
 
 
 def collaboration_weights(
     gradients: torch.Tensor, sigma2: np.ndarray, sizes: np.ndarray, bandwidth: str = "row"
 ) -> np.ndarray:
-    """Eq. (9): w_ij ∝ n_j exp(-Δ_ij / (2 σ_i²)), each row a softmax in the log domain."""
+    """Eq. (9) from the clients' gradients (uniform in a timing-only run: no gradients)."""
     if gradients.is_meta:  # timing-only: the size of the problem is all there is
         return np.full((len(sizes), len(sizes)), 1.0 / len(sizes))
-    g = gradients.double()
-    squared = g.square().sum(dim=1)
-    delta = (squared[:, None] + squared[None, :] - 2 * g @ g.T).clamp_min(0).numpy()
-    np.fill_diagonal(delta, 0.0)
+    return kernel_weights(gradient_distances(gradients), sigma2, sizes, bandwidth)
+
+
+def kernel_weights(
+    delta: np.ndarray, sigma2: np.ndarray, sizes: np.ndarray, bandwidth: str = "row"
+) -> np.ndarray:
+    """Eq. (9): w_ij ∝ n_j exp(-Δ_ij / (2 σ_i²)), each row a softmax in the log domain."""
     sigma2 = np.maximum(sigma2, SIGMA_FLOOR)
     scale = 2 * sigma2[:, None] if bandwidth == "row" else 2 * np.sqrt(np.outer(sigma2, sigma2))
     logits = np.log(sizes)[None, :] - delta / scale

@@ -40,8 +40,12 @@ resolved scenario (the folder's ``scenario.yaml``, sweep and every algorithm inc
 METRICS_COLUMNS = (
     "time_s", "round", "accuracy", "worst_accuracy", "p10_accuracy", "p50_accuracy",
     "p90_accuracy", "train_loss", "uplink_bytes", "downlink_bytes", "d2d_bytes",
-    "wasted_bytes", "participants",
+    "wasted_bytes", "participants", "samples_trained",
 )  # fmt: skip
+SAMPLES_COLUMN = "samples_trained"
+"""Training samples processed so far by every client (finished trainings only): the axis on
+which "equal rounds" of algorithms that train different numbers of clients compare fairly.
+Runs written before it existed lack it (``analysis`` reads them without it)."""
 ENERGY_SPENT = ("compute_j", "tx_j", "rx_j", "idle_j")  # joules by category
 ENERGY_TOTALS = (*ENERGY_SPENT, "wasted_j")  # metrics.csv's extra columns (wasted: part of spent)
 CLIENT_COLUMNS = ("time_s", "round", "client", "group", "accuracy", "num_test")

@@ -123,6 +123,7 @@ class Recorder:
         self._round_columns = ROUND_COLUMNS + (AIR_COLUMNS if over_the_air else ())
         self._loss_sum = 0.0
         self._loss_samples = 0
+        self._samples_trained = 0
         self._rows: list[dict] = []
         self._target: TargetReached | None = None
         self.round_rows: list[dict] = []
@@ -190,6 +191,7 @@ class Recorder:
     def add_training(self, mean_loss: float, samples: int) -> None:
         self._loss_sum += mean_loss * samples
         self._loss_samples += samples
+        self._samples_trained += samples
 
     def log_evaluation(
         self,
@@ -218,6 +220,7 @@ class Recorder:
             "d2d_bytes": traffic.d2d_bytes,
             "wasted_bytes": traffic.wasted_bytes,
             "participants": participants,
+            "samples_trained": self._samples_trained,
         }
         if self.energy is not None:
             row |= self.energy.totals()

@@ -646,6 +646,17 @@ class World:
         self._rounds.stats.note_gathered(tasks, kept)
         return {client: tasks[client].delivered.value for client in kept}
 
+    def finish_all(
+        self, tasks: Mapping[int, Task]
+    ) -> Generator[simpy.Event, object, dict[int, object]]:
+        """Process body: wait until each task has delivered or stopped (its client went
+        offline or left, and holds nobody up); returns the deliveries, noted for the round's
+        row. A round barrier without a server (local training in rounds)."""
+        yield self.env.all_of([task.process for task in tasks.values()])
+        delivered = {c: t.delivered.value for c, t in tasks.items() if t.delivered.triggered}
+        self._rounds.stats.note_gathered(tasks, list(delivered))
+        return delivered
+
     def cancel_unfinished(self, tasks: Iterable[Task]) -> Generator[simpy.Event, object, None]:
         """Process body: give up on the tasks that have not delivered, and return once they
         have stopped (at this same instant), so the bytes they had on the air are logged as
