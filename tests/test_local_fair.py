@@ -87,3 +87,19 @@ def test_a_fraction_without_the_barrier_is_refused(tmp_path):
     )
     with pytest.raises(ScenarioError, match="client_fraction"):
         parse_scenario(data)
+
+
+def test_work_outside_training_proper_is_counted_too(tmp_path):
+    """FedeRiCo computes losses and gradients without world.train: its samples still count
+    (one batch per gradient, a third of a sample per loss-only forward pass)."""
+    data = tiny_scenario(
+        tmp_path,
+        system={"d2d": {"graph": "complete", "rate_mbps": 20.0}},
+        training={"local_epochs": None, "local_steps": 1},
+        algorithms=[{"name": "federico", "neighbours": 2}],
+    )
+    run_dir = run_scenario(parse_scenario(data), show_progress=False) / "federico"
+    samples = [
+        int(row["samples_trained"]) for row in csv.DictReader((run_dir / "metrics.csv").open())
+    ]
+    assert samples[0] > 0 and all(a < b for a, b in zip(samples, samples[1:], strict=False))

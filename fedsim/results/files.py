@@ -43,9 +43,12 @@ METRICS_COLUMNS = (
     "wasted_bytes", "participants", "samples_trained",
 )  # fmt: skip
 SAMPLES_COLUMN = "samples_trained"
-"""Training samples processed so far by every client (finished trainings only): the axis on
-which "equal rounds" of algorithms that train different numbers of clients compare fairly.
-Runs written before it existed lack it (``analysis`` reads them without it)."""
+"""Samples processed so far by every client's finished local work, in training samples
+(forward and backward; a loss-only pass counts as the algorithm's share of one, e.g. a third
+under FedeRiCo; work without samples as its steps' batches): the axis on which "equal
+rounds" of algorithms that do different amounts of local work compare fairly. Work cut by
+a dropout or a deadline is not counted. Runs written before it existed lack it
+(``analysis`` reads them without it)."""
 ENERGY_SPENT = ("compute_j", "tx_j", "rx_j", "idle_j")  # joules by category
 ENERGY_TOTALS = (*ENERGY_SPENT, "wasted_j")  # metrics.csv's extra columns (wasted: part of spent)
 CLIENT_COLUMNS = ("time_s", "round", "client", "group", "accuracy", "num_test")

@@ -10,7 +10,7 @@ import csv
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -118,12 +118,13 @@ class Recorder:
         self.churn_times_s = list(churn_times_s)
         self.traffic: Traffic | None = None  # attached by the World (its event log)
         self.energy: Energy | None = None  # attached by the World (with system.energy)
+        # The samples every client's finished work processed so far (attached by the World).
+        self.samples_processed: Callable[[], int] = lambda: 0
         self.battery_departures = 0  # clients whose battery ran out (left or went charging)
         self._metrics_columns = METRICS_COLUMNS + (ENERGY_TOTALS if energy else ())
         self._round_columns = ROUND_COLUMNS + (AIR_COLUMNS if over_the_air else ())
         self._loss_sum = 0.0
         self._loss_samples = 0
-        self._samples_trained = 0
         self._rows: list[dict] = []
         self._target: TargetReached | None = None
         self.round_rows: list[dict] = []
@@ -191,7 +192,6 @@ class Recorder:
     def add_training(self, mean_loss: float, samples: int) -> None:
         self._loss_sum += mean_loss * samples
         self._loss_samples += samples
-        self._samples_trained += samples
 
     def log_evaluation(
         self,
@@ -220,7 +220,7 @@ class Recorder:
             "d2d_bytes": traffic.d2d_bytes,
             "wasted_bytes": traffic.wasted_bytes,
             "participants": participants,
-            "samples_trained": self._samples_trained,
+            "samples_trained": self.samples_processed(),
         }
         if self.energy is not None:
             row |= self.energy.totals()

@@ -97,6 +97,7 @@ class Devices:
         self._rngs: dict[int, np.random.Generator] = {}  # made on a client's first task
         self._per = compute.per  # round | step | sample: read at every task
         self._per_cycles = compute.model == "cycles"
+        self.samples_processed = 0  # by every client's finished work: metrics.csv's count
 
     def work(
         self, client: int, steps: int, samples: int | None
@@ -138,6 +139,7 @@ class Devices:
                 energy.compute_ended(draw, lost=True)
             raise
         self.log.emit("train_end", client=client)
+        self.samples_processed += data
         if draw is not None:
             energy.compute_ended(draw, lost=False)
         if task is not None:

@@ -153,6 +153,7 @@ class World:
             scenario.training.batch_size, self.streams, self.log, self.energy,
             timed_tasks=self.tasks.timed, round_index=lambda: self.round_index,
         )  # fmt: skip
+        recorder.samples_processed = lambda: self.devices.samples_processed
         self.compression = Compression(
             algorithm.compression,
             system.network.precision_bits,
