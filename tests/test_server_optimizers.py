@@ -131,3 +131,27 @@ def test_a_correction_shifts_each_sgd_step_and_batches_like_one_by_one():
         ]
         for result, expected in zip(many, one, strict=True):
             assert torch.allclose(result.params, expected, atol=1e-5)
+
+
+def test_with_momentum_the_correction_is_a_step_of_its_own_outside_the_momentum():
+    """NIID-Bench's SCAFFOLD: buf <- m buf + g; w <- w - lr buf; w <- w - lr (c - c_i). Fed
+    through the momentum instead, the correction would grow towards 1 / (1 - m) times."""
+    spec = OptimizerSpec(lr=0.1, momentum=0.9)
+    trainer = Trainer(build_model("mlp", (1, 28, 28), 10, hidden_sizes=(16,)), spec, batch_size=40)
+    generator = torch.Generator().manual_seed(2)
+    x, y = torch.randn(40, 1, 28, 28, generator=generator), torch.randint(0, 10, (40,))
+    params = trainer.init_params(0)
+    shift = 0.01 * torch.randn(trainer.num_params, generator=generator)
+    # By hand with full-batch gradients (one batch of all 40: no shuffling matters).
+    w, buffer = params.clone(), None
+    for _ in range(3):
+        g = trainer.gradient(w, x, y)
+        buffer = g if buffer is None else 0.9 * buffer + g
+        w = w - 0.1 * buffer - 0.1 * shift
+    corrected = trainer.train(params, x, y, steps=3, seed=0, correction=shift).params
+    assert torch.allclose(corrected, w, atol=1e-6)
+    for engine in ("loop", "vmap"):
+        [many] = trainer.train_many(
+            [params], [(x, y)], steps=3, seeds=[0], engine=engine, correction=[shift]
+        )
+        assert torch.allclose(many.params, w, atol=1e-5)
