@@ -244,7 +244,9 @@ def test_cli_validate_reports_field_and_exits_2(tmp_path, override, expected):
 
 def test_cli_validate_accepts_every_shipped_scenario():
     files = sorted(str(p) for p in (REPO / "scenarios").glob("*.yaml"))
+    files += sorted(str(p) for p in (REPO / "scenarios" / "papers").glob("*.yaml"))
     assert files, "no scenarios shipped"
+    assert any("papers" in f for f in files)
     result = run_cli("validate", *files)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count(": ok") == len(files)
