@@ -179,7 +179,9 @@ def plot_time_to_accuracy(
     return style.save(figure, out_path)
 
 
-def _draw_run_against(ax: Axes, run: Run, colour, column: str, scale: float, none: str) -> None:
+def _draw_run_against(
+    ax: Axes, run: Run, colour, column: str, scale: float, idle_note: str
+) -> None:
     if not style.has_data(run):
         ax.plot([], [], color=colour, label=f"{style.run_name(run)} (no data)")
         return
@@ -193,14 +195,14 @@ def _draw_run_against(ax: Axes, run: Run, colour, column: str, scale: float, non
             marker="D",
             linestyle="none",
             color=colour,
-            label=f"{style.run_name(run)} ({none})",
+            label=f"{style.run_name(run)} ({idle_note})",
         )
         return
     ax.plot(amounts, accuracy, color=colour, label=style.run_name(run), **style.line_style(run))
 
 
 def _draw_seeds_against(
-    ax: Axes, group: RunGroup, colour, column: str, scale: float, none: str
+    ax: Axes, group: RunGroup, colour, column: str, scale: float, idle_note: str
 ) -> None:
     """A seed group's mean curve and band; seeds whose counter never moved (nothing sent on
     this link) are one marker at 0 at their mean final accuracy."""
@@ -213,7 +215,7 @@ def _draw_seeds_against(
             marker="D",
             linestyle="none",
             color=colour,
-            label=_seeds_name(group, len(measured), none),
+            label=_seeds_name(group, len(measured), idle_note),
         )
         return
     _draw_seed_mean(ax, group, colour, column, scale)
@@ -224,7 +226,7 @@ def _plot_against(
     runs: Sequence[Run],
     column: str,
     scale: float = BYTES_PER_MB,
-    none: str = "no communication",
+    idle_note: str = "no communication",
 ) -> None:
     """Draw accuracy against one cumulative counter (bytes on a link, samples trained); a run
     whose counter never moved is a single marker at 0 at its final accuracy, so it is not
@@ -232,8 +234,8 @@ def _plot_against(
     in the time figure."""
     groups = _draw_groups(
         runs,
-        lambda group, colour: _draw_seeds_against(ax, group, colour, column, scale, none),
-        lambda run, colour: _draw_run_against(ax, run, colour, column, scale, none),
+        lambda group, colour: _draw_seeds_against(ax, group, colour, column, scale, idle_note),
+        lambda run, colour: _draw_run_against(ax, run, colour, column, scale, idle_note),
     )
     handles, _ = ax.get_legend_handles_labels()
     if any(group.seeded for group in groups):

@@ -260,25 +260,23 @@ def run_outcome(run: Run, target_accuracy: float | None) -> RunOutcome:
         last_time = float(time[last]) if last is not None else 0.0
 
     reached, spent, moved, samples = None, None, dict.fromkeys(DIRECTIONS), None
-    if target_accuracy is not None and SAMPLES_COLUMN in run.columns:
-        hit = np.flatnonzero(accuracy >= target_accuracy)
-        samples = float(run.columns[SAMPLES_COLUMN][hit[0]]) if hit.size else None
+    hit = np.flatnonzero(accuracy >= target_accuracy) if target_accuracy is not None else []
+    row = int(hit[0]) if len(hit) else None  # the first evaluation at the target
+    if row is not None and SAMPLES_COLUMN in run.columns:
+        samples = float(run.columns[SAMPLES_COLUMN][row])
     recorded = summary.get("target_accuracy") == target_accuracy and "time_to_target_s" in summary
     if target_accuracy is not None and recorded:
         reached = summary["time_to_target_s"]
         moved = {d: summary.get(f"{d}_bytes_to_target") for d in DIRECTIONS}
         spent = summary.get("energy_to_target_j")
-    elif target_accuracy is not None:
-        hit = np.flatnonzero(accuracy >= target_accuracy)
-        if hit.size:
-            row = int(hit[0])
-            reached = float(time[row])
-            moved = {
-                d: float(run.columns[f"{d}_bytes"][row]) if f"{d}_bytes" in run.columns else None
-                for d in DIRECTIONS
-            }
-            if has_energy(run):
-                spent = float(sum(run.columns[c][row] for c in ENERGY_SPENT))
+    elif row is not None:
+        reached = float(time[row])
+        moved = {
+            d: float(run.columns[f"{d}_bytes"][row]) if f"{d}_bytes" in run.columns else None
+            for d in DIRECTIONS
+        }
+        if has_energy(run):
+            spent = float(sum(run.columns[c][row] for c in ENERGY_SPENT))
     return RunOutcome(
         final_accuracy=final("final_accuracy", "accuracy"),
         final_worst_accuracy=final("final_worst_accuracy", "worst_accuracy"),

@@ -108,9 +108,11 @@ class WeightHistory:
         self.reliance = reliance
         n = len(world.clients)
         rounds = world.scenario.run.rounds or 1000
-        self.stride = max(1, -(-rounds * n * n // MAX_HISTORY_FLOATS))
+        matrices = 1 if reliance is None else 2  # a reliance snapshot beside each
+        self.stride = max(1, -(-rounds * n * n * matrices // MAX_HISTORY_FLOATS))
         self.save_every_rounds = save_every_rounds
         self.snapshots: list[np.ndarray] = []
+        self.reliance_snapshots: list[np.ndarray] = []  # computed once, as each is taken
         self.times_s: list[float] = []
         self.rounds: list[int] = []
         self.latest: np.ndarray | None = None
@@ -120,6 +122,8 @@ class WeightHistory:
         self.latest = np.array(weights, dtype=float)
         if round_index % self.stride == 0:
             self.snapshots.append(self.latest)  # never written to: a new array each round
+            if self.reliance is not None:
+                self.reliance_snapshots.append(self.reliance(self.latest))
             self.times_s.append(self.world.env.now)
             self.rounds.append(round_index)
         if round_index % self.save_every_rounds == 0:
@@ -131,10 +135,9 @@ class WeightHistory:
         history = np.stack(self.snapshots) if self.snapshots else self.latest[None]
         extra = {}
         if self.reliance is not None:
-            extra = {
-                "reliance": self.reliance(self.latest),
-                "reliance_history": np.stack([self.reliance(h) for h in history]),
-            }
+            latest = self.reliance(self.latest)
+            snapshots = self.reliance_snapshots or [latest]
+            extra = {"reliance": latest, "reliance_history": np.stack(snapshots)}
         self.world.save_arrays(
             COLLABORATION_FILE,
             weights=self.latest,

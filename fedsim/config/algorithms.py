@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, StrictBool, model_validator
 
 from fedsim.config.base import (
     MAX_COUNT,
@@ -74,7 +74,7 @@ class LocalConfig(_AlgorithmBase):
     client_fraction: Fraction = Field(
         default=1.0, description="trained per round, selected as a synchronous server would"
     )
-    barrier: Annotated[bool, Field(strict=True)] = Field(
+    barrier: StrictBool = Field(
         default=True,
         description="true: round r ends when each selected client has trained (or dropped "
         "out), so after round r nobody trained more than r times; false: every client trains "

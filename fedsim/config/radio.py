@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, StrictBool, field_validator, model_validator
 
 from fedsim.config.base import (
     MAX_COUNT,
@@ -286,7 +286,7 @@ class PrbScheduling(_Strict):
     pf_beta: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = Field(
         default=0.98, description="proportional_fair: the average's discount per period (Sionna)"
     )
-    power_aware: Annotated[bool, Field(strict=True)] = Field(
+    power_aware: StrictBool = Field(
         default=True,
         description="PF, max rate: a PRB's worth is the rate it adds at the power the client "
         "would send on its PRBs (false: the full band's rate / N per PRB, Sionna's per-PRB view: "
