@@ -61,6 +61,7 @@ def build_dataset(scenario: Scenario, *, timing_only: bool = False) -> Federated
             min_samples_per_client=getattr(partition, "min_samples_per_client", 10),
             num_samples=dataset.num_samples,
             test_fraction=dataset.test_fraction,
+            train_fractions=tuple(dataset.train_fractions) if dataset.train_fractions else None,
             seed=RandomStreams(scenario.seed).integer_seed("partition"),
             group_transform=shift.kind if shift else None,
             transform_groups=shift.groups if shift else 4,

@@ -67,6 +67,16 @@ def test_key_of_another_partition_kind_is_rejected(tmp_path):
     assert problem.startswith("dataset.partition.groups: unknown key")
 
 
+def test_train_fractions_must_fit_beside_the_test_share(tmp_path):
+    ok = tiny_scenario(tmp_path, dataset={"test_fraction": 0.5, "train_fractions": [0.1, 0.5]})
+    assert parse_scenario(ok).dataset.train_fractions == [0.1, 0.5]
+    data = tiny_scenario(tmp_path, dataset={"test_fraction": 0.5, "train_fractions": [0.1, 0.6]})
+    [problem] = problems_of(data)
+    assert problem.startswith("dataset:") and "train_fractions: 0.6 plus test_fraction" in problem
+    [problem] = problems_of(tiny_scenario(tmp_path, dataset={"train_fractions": [0]}))
+    assert problem.startswith("dataset.train_fractions[0]: Input should be greater than 0")
+
+
 def test_wrong_type_and_negative_rate(tmp_path):
     data = tiny_scenario(
         tmp_path, clients={"count": "many"}, system={"network": {"uplink_mbps": -2}}

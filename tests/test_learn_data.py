@@ -244,6 +244,34 @@ def test_local_split_follows_test_fraction() -> None:
         assert shard.group == -1
 
 
+def test_train_fractions_leave_small_shards_of_the_same_partition() -> None:
+    """PerFed-CKT's {0.1, 0.3, 0.4}/0.5 split: each client trains on a drawn share, tests on
+    half, and its samples are a subset of the client's data without the option."""
+    full = build_synthetic(
+        num_samples=1200, num_clients=8, partition="dirichlet", seed=3, test_fraction=0.5
+    )
+    small = build_synthetic(
+        num_samples=1200,
+        num_clients=8,
+        partition="dirichlet",
+        seed=3,
+        test_fraction=0.5,
+        train_fractions=(0.1, 0.3, 0.4),
+    )
+    shares = set()
+    for f, s in zip(full.shards, small.shards, strict=True):
+        n = f.num_train + f.num_test
+        share = s.num_train / n
+        assert min(abs(share - t) for t in (0.1, 0.3, 0.4)) <= 1 / n
+        shares.add(min((0.1, 0.3, 0.4), key=lambda t: abs(share - t)))
+        assert s.num_test == f.num_test == round(0.5 * n)
+        pool = {tuple(x.flatten().tolist()) for x in torch.cat([f.x_train, f.x_test])}
+        used = torch.cat([s.x_train, s.x_test])
+        assert all(tuple(x.flatten().tolist()) in pool for x in used)
+    assert shares == {0.1, 0.3, 0.4}
+    assert sum(s.num_train for s in small.shards) < 0.45 * 1200
+
+
 def test_every_client_keeps_a_test_sample() -> None:
     data = build_synthetic(num_samples=12, num_clients=6, test_fraction=0.01)
     assert all(s.num_test == 1 and s.num_train == 1 for s in data.shards)

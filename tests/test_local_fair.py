@@ -103,3 +103,23 @@ def test_work_outside_training_proper_is_counted_too(tmp_path):
         int(row["samples_trained"]) for row in csv.DictReader((run_dir / "metrics.csv").open())
     ]
     assert samples[0] > 0 and all(a < b for a, b in zip(samples, samples[1:], strict=False))
+
+
+def test_local_by_size_trains_the_clients_perfed_ckt_selects(tmp_path):
+    """sample_by_size: the draw ∝ n_k of PerFed-CKT's server, on the same stream (whose
+    first draw PerFed-CKT spends on its bootstrap round, so its round r is local's r + 1)."""
+    data = tiny_scenario(
+        tmp_path,
+        dataset={"partition": {"kind": "dirichlet", "alpha": 0.3}},
+        clients={"count": 10},
+        algorithms=[
+            {"name": "perfed_ckt", "client_fraction": 0.3, "public_samples": 20},
+            {"name": "local", "client_fraction": 0.3, "sample_by_size": True},
+        ],
+        run={"rounds": 6},
+    )
+    data["output"]["events"] = True
+    results = run_scenario(parse_scenario(data), show_progress=False)
+    perfed, local = (trainings_by_round(results / label) for label in ("perfed_ckt", "local"))
+    assert all(len(clients) == 3 for clients in local.values())
+    assert [local[r + 1] for r in range(1, 6)] == [perfed[r] for r in range(1, 6)]

@@ -3,7 +3,8 @@
 Two paces (``barrier``):
 
 - **in rounds** (default): each round, the clients a synchronous server with the same
-  ``client_fraction`` would select (``World.select_clients``, the same sampling stream)
+  ``client_fraction`` would select (``World.select_clients``, the same sampling stream;
+  ∝ n_k with ``sample_by_size``, as PerFed-CKT's server)
   train once from their own model; the round ends when each has finished or dropped out
   (offline or gone: its training is lost and holds nobody up). After round r no client has
   trained more than r times, so "equal rounds" means equal training against any server.
@@ -51,7 +52,9 @@ def _in_rounds(world: World, config: LocalConfig) -> Generator[simpy.Event, obje
         join(client)
     world.set_models(models)  # live: a time-cadence evaluation sees every finished training
     for round_index in world.rounds():
-        selected = yield from world.select_clients(config.client_fraction)
+        selected = yield from world.select_clients(
+            config.client_fraction, by_size=config.sample_by_size
+        )
         tasks = {c: world.start_task(c, train_once(c)) for c in selected}
         trained = yield from world.finish_all(tasks)
         for client, params in trained.items():

@@ -80,13 +80,18 @@ class LocalConfig(_AlgorithmBase):
         "out), so after round r nobody trained more than r times; false: every client trains "
         "back to back at its own pace, round r complete once all have trained r times",
     )
+    sample_by_size: StrictBool = Field(
+        default=False,
+        description="select with probability ∝ n_k, as PerFed-CKT's server does (its default)",
+    )
 
     @model_validator(mode="after")
     def _own_pace_trains_everyone(self) -> LocalConfig:
-        if not self.barrier and self.client_fraction < 1.0:
+        if not self.barrier and (self.client_fraction < 1.0 or self.sample_by_size):
             raise ValueError(
-                f"client_fraction: {self.client_fraction} selects clients per round, which "
-                "needs barrier: true (without it every client trains at its own pace)"
+                f"client_fraction: {self.client_fraction} (sample_by_size: "
+                f"{self.sample_by_size}) selects clients per round, which needs barrier: true "
+                "(without it every client trains at its own pace)"
             )
         return self
 

@@ -109,12 +109,30 @@ class DatasetConfig(_Strict):
         default=None, description="random subset of the training pool shared by all clients"
     )
     test_fraction: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = 0.2
+    train_fractions: list[Annotated[float, Field(gt=0, lt=1), NO_BOOL]] | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "each client trains on a share of its data drawn uniformly from this list and "
+            "leaves the rest beside the test share unused (PerFed-CKT: [0.1, 0.3, 0.4] with "
+            "test_fraction 0.5); default: all but the test share"
+        ),
+    )
     partition: Partition = IidPartition()
     group_shift: GroupShift | None = None
     timing_samples: TimingSamples | None = Field(
         default=None,
         description="timing-only runs (fedsim budget): per-client sample counts from a law",
     )
+
+    @model_validator(mode="after")
+    def _train_and_test_fit(self) -> DatasetConfig:
+        if self.train_fractions and max(self.train_fractions) + self.test_fraction > 1 + 1e-9:
+            raise ValueError(
+                f"train_fractions: {max(self.train_fractions)} plus test_fraction "
+                f"{self.test_fraction} exceeds a client's data (their sum must be at most 1)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_source_of_groups(self) -> DatasetConfig:

@@ -16,7 +16,7 @@ from fedsim.config.base import (
     _Strict,
 )
 
-ModelName = Literal["mlp", "lenet5", "cnn"]
+ModelName = Literal["mlp", "lenet5", "cnn", "vgg11", "vgg13"]
 HiddenSizes = Annotated[
     tuple[Annotated[int, Field(gt=0, le=MAX_WIDTH), NO_BOOL], ...], Field(max_length=64)
 ]

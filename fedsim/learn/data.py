@@ -430,14 +430,19 @@ def _check_group_transform(
 # --- the federated dataset ----------------------------------------------------------------------
 
 
-def _split_sizes(n: int, test_fraction: float, client: int) -> tuple[int, int]:
-    """(train, test) sizes: test is round(fraction * n), clamped so both sides are non-empty."""
+def _split_sizes(
+    n: int, test_fraction: float, client: int, train_fraction: float | None = None
+) -> tuple[int, int]:
+    """(train, test) sizes: test is round(fraction * n), clamped so both sides are non-empty;
+    train is the rest, or round(train_fraction * n) of it (at least one sample)."""
     if n < 2:
         raise ValueError(
             f"client {client} has {n} sample(s); it needs one to train and one to test"
         )
     n_test = min(max(round(test_fraction * n), 1), n - 1)
-    return n - n_test, n_test
+    if train_fraction is None:
+        return n - n_test, n_test
+    return min(max(round(train_fraction * n), 1), n - n_test), n_test
 
 
 def build_federated_dataset(
@@ -452,6 +457,7 @@ def build_federated_dataset(
     balanced_groups: bool = True,
     num_samples: int | None = None,
     test_fraction: float = 0.2,
+    train_fractions: tuple[float, ...] | None = None,
     seed: int = 0,
     min_samples_per_client: int = 10,
     group_transform: str | None = None,
@@ -471,6 +477,10 @@ def build_federated_dataset(
     normalization, so arbitrary angles fill corners with black, as a PIL pipeline would.
     Transforms draw their randomness after the partition, so the shards are otherwise
     bit-identical to the build without them.
+
+    ``train_fractions`` (PerFed-CKT's small labelled shards): client c trains on a share of
+    its data drawn uniformly from the tuple (from a stream of its own, so the partition is
+    the same as without it); the samples between that share and the test share go unused.
     """
     _check_choice("dataset", name, DATASET_NAMES)
     _check_choice("partition", partition, PARTITION_NAMES)
@@ -502,8 +512,16 @@ def build_federated_dataset(
         )
 
     # One gather in client order (train then test), so every client tensor is a slice of it.
-    sizes = [_split_sizes(len(p), test_fraction, c) for c, p in enumerate(parts)]
-    order = np.concatenate([rng.permutation(p) for p in parts])
+    shares: list[float | None] = [None] * num_clients
+    if train_fractions is not None:
+        shares = list(np.random.default_rng([seed, 1]).choice(train_fractions, num_clients))
+    sizes = [
+        _split_sizes(len(p), test_fraction, c, share)
+        for c, (p, share) in enumerate(zip(parts, shares, strict=True))
+    ]
+    order = np.concatenate(
+        [rng.permutation(p)[: sum(size)] for p, size in zip(parts, sizes, strict=True)]
+    )
     selected = torch.from_numpy(subset[order])
     x_all = images[selected].to(torch.float32).div_(255.0)
     y_all = labels[selected]
