@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from fedsim.learn.models import MODEL_NAMES, build_model
+from fedsim.learn.optimizers import OptimizerSpec
+from fedsim.learn.trainer import Trainer
 
 MNIST_SHAPE, CIFAR_SHAPE = (1, 28, 28), (3, 32, 32)
 
@@ -63,3 +65,17 @@ def test_forward_gives_logits_per_class(name: str, shape: tuple[int, int, int]) 
 def test_unknown_model_lists_the_choices() -> None:
     with pytest.raises(ValueError, match="mlp, lenet5, cnn"):
         build_model("resnet18", MNIST_SHAPE, 10)
+
+
+def test_vgg11_trains_as_a_flat_vector() -> None:
+    """The trainer keeps a VGG as one flat vector (no buffers): steps on a fixed batch of
+    CIFAR-shaped inputs lower its loss there, and the input vector is left untouched."""
+    torch.manual_seed(0)
+    trainer = Trainer(build_model("vgg11", CIFAR_SHAPE, 10), OptimizerSpec("sgd", lr=0.05), 8)
+    params = trainer.init_params(seed=1)
+    x, y = torch.randn(8, *CIFAR_SHAPE), torch.arange(8) % 10
+    before = trainer.evaluate(params, x, y)
+    result = trainer.train(params, x, y, steps=5, seed=2)
+    after = trainer.evaluate(result.params, x, y)
+    assert params.numel() == 9_756_426 and not torch.equal(result.params, params)
+    assert after.loss_sum < before.loss_sum
