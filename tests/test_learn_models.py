@@ -51,11 +51,16 @@ def test_mlp_follows_hidden_sizes() -> None:
     )
 
 
-@pytest.mark.parametrize("name", MODEL_NAMES)
-@pytest.mark.parametrize("shape", [MNIST_SHAPE, CIFAR_SHAPE])
+@pytest.mark.parametrize(
+    ("name", "shape"),
+    [
+        (name, shape)
+        for name in MODEL_NAMES
+        for shape in (MNIST_SHAPE, CIFAR_SHAPE)
+        if not (name.startswith("vgg") and shape == MNIST_SHAPE)
+    ],  # five pools need 32x32
+)
 def test_forward_gives_logits_per_class(name: str, shape: tuple[int, int, int]) -> None:
-    if name.startswith("vgg") and shape == MNIST_SHAPE:
-        pytest.skip("five 2x2 pools need 32x32 inputs")
     model = build_model(name, shape, 10)
     logits = model(torch.randn(5, *shape))
     assert logits.shape == (5, 10)
