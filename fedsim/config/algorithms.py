@@ -87,11 +87,15 @@ class LocalConfig(_AlgorithmBase):
 
     @model_validator(mode="after")
     def _own_pace_trains_everyone(self) -> LocalConfig:
-        if not self.barrier and (self.client_fraction < 1.0 or self.sample_by_size):
+        if self.barrier:
+            return self
+        field = "sample_by_size: true" if self.sample_by_size else None
+        if self.client_fraction < 1.0:
+            field = f"client_fraction: {self.client_fraction}"
+        if field is not None:
             raise ValueError(
-                f"client_fraction: {self.client_fraction} (sample_by_size: "
-                f"{self.sample_by_size}) selects clients per round, which needs barrier: true "
-                "(without it every client trains at its own pace)"
+                f"{field} selects clients per round, which needs barrier: true (without it "
+                "every client trains at its own pace)"
             )
         return self
 

@@ -86,12 +86,9 @@ def _vgg(name: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.M
             layers.append(nn.MaxPool2d(2))
             h, w = h // 2, w // 2
         else:
-            layers += [
-                nn.Conv2d(c, int(spec), 3, padding=1),
-                nn.GroupNorm(32, int(spec)),
-                nn.ReLU(),
-            ]
-            c = int(spec)
+            width = int(spec)
+            layers += [nn.Conv2d(c, width, 3, padding=1), nn.GroupNorm(32, width), nn.ReLU()]
+            c = width
     layers += [nn.Flatten(), nn.Linear(c * h * w, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU()]
     return nn.Sequential(*layers, nn.Linear(512, num_classes))
 
