@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,53 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def default_signals() -> None:
+    """``preexec_fn`` of every child a test starts: SIGINT and SIGTERM at their defaults, as
+    a terminal starts a command. A suite started in the background (``cmd &`` in a script, some
+    CI runners) runs with SIGINT ignored, which a child inherits through exec; a fedsim started
+    so rightly ignores Ctrl-C, and a test that sends it one would wait for nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def ignores_signal(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` ignores ``signum`` (Linux's /proc; False where it cannot tell):
+    a signal test asserts the opposite first, so that it fails rather than waits for ever."""
+    status = Path(f"/proc/{pid}/status")
+    if not status.exists():
+        return False
+    [mask] = [
+        line.split()[1] for line in status.read_text().splitlines() if line.startswith("SigIgn:")
+    ]
+    return bool(int(mask, 16) >> (signum - 1) & 1)
+
+
+def start_python(
+    *args: str, env: dict[str, str] | None = None, **popen: object
+) -> subprocess.Popen:
+    """``python ARGS...`` in the repository with the default signal dispositions, a headless
+    matplotlib and ``env`` added to the environment; ``popen``: more of ``subprocess.Popen``'s
+    arguments."""
+    environment = {**os.environ, "MPLBACKEND": "Agg", **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=REPO, env=environment, preexec_fn=default_signals, **popen
+    )
+
+
+def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python ARGS...`` to its end (see ``start_python``), its output captured as text."""
+    process = start_python(
+        *args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    stdout, stderr = process.communicate()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_fedsim(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``fedsim ARGS...`` as a user types it, in a child process (see ``run_python``)."""
+    return run_python("-m", "fedsim", *args, env=env)
 
 
 TINY_SCENARIO: dict = {

@@ -4,8 +4,6 @@ bits, error feedback's bookkeeping, the majority vote, and codecs in a run."""
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,7 +14,7 @@ from fedsim.config import CompressionConfig
 from fedsim.learn import codecs
 from fedsim.learn.aggregate import MajorityVote
 from fedsim.world.compression import Compression
-from tests.conftest import tiny_scenario
+from tests.conftest import run_fedsim, tiny_scenario
 from tests.test_fedavg_world import make_world, run_world
 
 MLP_LAYERS = [torch.Size([32, 784]), torch.Size([32]), torch.Size([10, 32]), torch.Size([10])]
@@ -274,9 +272,7 @@ def assert_refused(tmp_path, algorithm: dict, message: str, data: dict | None = 
     path = tmp_path / "s.yaml"
     data = tiny_scenario(tmp_path) if data is None else data
     path.write_text(yaml.safe_dump({**data, "algorithms": [algorithm]}))
-    result = subprocess.run(
-        [sys.executable, "-m", "fedsim", "validate", str(path)], capture_output=True, text=True
-    )
+    result = run_fedsim("validate", str(path))
     assert result.returncode == 2
     assert message in result.stderr + result.stdout
     assert "Traceback" not in result.stderr

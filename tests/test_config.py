@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
-import sys
 import types
 import typing
 from pathlib import Path
@@ -31,7 +29,14 @@ from fedsim.config import (
 )
 from fedsim.config.base import BOOL_NOT_NUMBER
 from fedsim.config.errors import TAGGED_UNIONS
-from tests.conftest import DATA_ROOT, REPO, requires_real_data, tiny_scenario
+from tests.conftest import (
+    DATA_ROOT,
+    REPO,
+    requires_real_data,
+    run_fedsim,
+    run_python,
+    tiny_scenario,
+)
 
 
 def write(tmp_path: Path, data: dict | str, name: str = "s.yaml") -> Path:
@@ -202,10 +207,8 @@ def test_every_member_of_every_tagged_union_is_in_the_tag_registry():
 def test_the_schema_imports_neither_the_simulator_nor_torch():
     """Validation reads the system model's files with fedsim.sim.readers, without simpy."""
     code = "import sys, fedsim.config; print(sorted({'simpy', 'torch'} & set(sys.modules)))"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
-    )
-    assert done.stdout.strip() == "[]"
+    done = run_python("-c", code)
+    assert done.returncode == 0 and done.stdout.strip() == "[]"
 
 
 def test_yaml_errors_name_the_line(tmp_path):
@@ -226,16 +229,6 @@ def test_yaml_errors_name_the_line(tmp_path):
         load_scenario(tmp_path / "missing.yaml")
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fedsim", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
-
-
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
@@ -246,7 +239,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 )
 def test_cli_validate_reports_field_and_exits_2(tmp_path, override, expected):
     path = write(tmp_path, tiny_scenario(tmp_path, **override))
-    result = run_cli("validate", str(path))
+    result = run_fedsim("validate", str(path))
     assert result.returncode == 2
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
@@ -257,7 +250,7 @@ def test_cli_validate_accepts_every_shipped_scenario():
     files += sorted(str(p) for p in (REPO / "scenarios" / "papers").glob("*.yaml"))
     assert files, "no scenarios shipped"
     assert any("papers" in f for f in files)
-    result = run_cli("validate", *files)
+    result = run_fedsim("validate", *files)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count(": ok") == len(files)
 
@@ -266,21 +259,21 @@ def test_cli_run_with_missing_data_is_a_clear_error(tmp_path):
     data = tiny_scenario(
         tmp_path, dataset={"name": "mnist", "download": False, "root": str(tmp_path / "nowhere")}
     )
-    result = run_cli("run", str(write(tmp_path, data)), "--quiet")
+    result = run_fedsim("run", str(write(tmp_path, data)), "--quiet")
     assert result.returncode == 2
     assert "dataset:" in result.stderr and "nowhere" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_cli_run_rejects_a_bad_thread_count(tmp_path):
-    result = run_cli("run", str(write(tmp_path, tiny_scenario(tmp_path))), "--threads", "0")
+    result = run_fedsim("run", str(write(tmp_path, tiny_scenario(tmp_path))), "--threads", "0")
     assert result.returncode == 2
     assert "--threads" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_cli_run_over_seeds_prints_each_run_and_the_mean_over_seeds(tmp_path):
     data = tiny_scenario(tmp_path, algorithms=[{"name": "local"}], sweep={"seed": [1, 2]})
-    result = run_cli("run", str(write(tmp_path, data)), "--quiet", "--threads", "1")
+    result = run_fedsim("run", str(write(tmp_path, data)), "--quiet", "--threads", "1")
     assert result.returncode == 0, result.stderr
     finals = [float(x) for x in re.findall(r"local@seed=\d: final ([\d.]+)%", result.stdout)]
     assert len(finals) == 2

@@ -8,8 +8,8 @@ import os
 import pickle
 import signal
 import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ import yaml
 from fedsim.cli import main
 from fedsim.config import ScenarioError, parse_scenario
 from fedsim.study import run_study
-from tests.conftest import tiny_scenario
+from tests.conftest import ignores_signal, run_fedsim, start_python, tiny_scenario
 
 
 def sweep(tmp_path: Path, out: str, rounds: int = 3) -> dict:
@@ -59,43 +59,52 @@ def test_ray_tasks_write_the_same_files_as_one_process(tmp_path):
     assert files_of(one) == files_of(on_ray)
 
 
+def wait_for(done: Callable[[], bool], process: subprocess.Popen) -> None:
+    """Until ``done()`` holds (a state the child reaches, never a time), or the child ended."""
+    while process.poll() is None and not done():
+        time.sleep(0.05)
+
+
 def test_a_sweep_stopped_by_sigterm_and_resumed_equals_an_uninterrupted_one(tmp_path):
-    rounds = 40  # each run lasts a second or two: the signal lands inside one
+    rounds = 40
     whole = run_study(parse_scenario(sweep(tmp_path, "whole", rounds)), show_progress=False)
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(sweep(tmp_path, "cut", rounds)))
-    command = [sys.executable, "-m", "fedsim", "run", str(path), "--quiet"]
-    env = {**os.environ, "MPLBACKEND": "Agg"}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    second = tmp_path / "cut" / "tiny" / "fedavg@seed=2" / "metrics.csv"
-    while process.poll() is None and not (second.exists() and second.read_text().count("\n") > 2):
-        time.sleep(0.05)  # until the second run has measured something
+    held = tmp_path / "held"  # the second run has measured 3 rows and waits for the signal
+    command = ["run", str(path), "--quiet"]
+    process = start_python(
+        "-m", "tests.held_run", str(held), "fedavg@seed=2", "3", *command,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    wait_for(held.exists, process)
     process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate()
     assert process.returncode == 143  # 128 + SIGTERM, not Ctrl-C's 130
     assert b"Traceback" not in stderr and b"interrupted by SIGTERM" in stderr
-    summaries = [json.loads(p.read_text()) for p in (tmp_path / "cut").rglob("summary.json")]
-    assert any(s["complete"] is False for s in summaries)  # the run cut short says so
-    resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, check=True)
-    assert b"Traceback" not in resumed.stderr
+    summaries = {
+        p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "cut").rglob("summary.json")
+    }
+    assert {label: s["complete"] for label, s in summaries.items()} == {
+        "fedavg@seed=1": True, "fedavg@seed=2": False
+    }  # fmt: skip
+    resumed = run_fedsim(*command, "--resume")
+    assert resumed.returncode == 0 and "Traceback" not in resumed.stderr
     assert files_of(tmp_path / "cut" / "tiny") == files_of(whole)
 
 
 def test_ctrl_c_of_a_study_on_workers_prints_one_line_and_every_run_flushes(tmp_path):
-    """A terminal's Ctrl-C reaches every process of the group: the workers print nothing."""
+    """A terminal's Ctrl-C reaches every process of the group: the workers print nothing.
+    The runs are too long to end before it (a million rounds)."""
     path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(sweep(tmp_path, "cut", rounds=400)))
-    command = [sys.executable, "-m", "fedsim", "run", str(path), "--quiet", "--workers", "2"]
-    env = {**os.environ, "MPLBACKEND": "Agg"}
-    process = subprocess.Popen(
-        command, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
-    )
+    path.write_text(yaml.safe_dump(sweep(tmp_path, "cut", rounds=1_000_000)))
+    process = start_python(
+        "-m", "fedsim", "run", str(path), "--quiet", "--workers", "2",
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
     results = tmp_path / "cut" / "tiny"
     started = [results / f"fedavg@seed={seed}" / "metrics.csv" for seed in (1, 2)]
-    while process.poll() is None and not all(
-        m.exists() and m.read_text().count("\n") > 2 for m in started
-    ):
-        time.sleep(0.05)  # until both workers' runs have measured something
+    wait_for(lambda: all(m.exists() and m.read_text().count("\n") > 2 for m in started), process)
+    assert not ignores_signal(process.pid, signal.SIGINT)  # else it would run its million rounds
     os.killpg(process.pid, signal.SIGINT)  # as the terminal does
     _, stderr = process.communicate()
     assert process.returncode == 130
@@ -157,6 +166,36 @@ def test_a_rerun_with_other_settings_says_what_it_found_and_sums_up_only_its_run
     # the replaced run keeps nothing of the earlier one; the others are left as they were
     assert not (results / "local@seed=1" / "events.jsonl").exists()
     assert (results / "local@seed=2" / "events.jsonl").exists()
+
+
+def test_compare_and_the_figures_of_a_folder_show_only_the_study_last_started_there(
+    tmp_path, capsys
+):
+    """An earlier study's run folders stay (they are kept, see above) but are neither
+    tabulated beside this study's runs nor left in its figures (its pareto.png)."""
+    path = two_algorithms(tmp_path)
+    assert main(["run", str(path), "--quiet"]) == 0
+    results = tmp_path / "results" / "tiny"
+    assert (results / "pareto.png").exists()  # two labels over two seeds
+    again = ["--set", "sweep.seed=[1]", "--set", "run.rounds=1", "--set", "output.events=false"]
+    assert main(["run", str(path), "--quiet", *again, "--only", "local"]) == 0
+    assert not (results / "pareto.png").exists()  # one label, one seed: none drawn now
+    assert (results / "time_to_accuracy.png").exists()
+    capsys.readouterr()
+
+    assert main(["compare", str(results), "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split(",")[0] for line in out.splitlines()[1:]] == ["local"]
+    assert err.splitlines() == [
+        f"{results}: 3 run folders of an earlier study left out (not in its study.json, or "
+        "other settings): fedavg@seed=1, fedavg@seed=2, local@seed=2; name a run folder to "
+        "read it"
+    ]
+    named = [str(results / "fedavg@seed=1"), str(results / "local@seed=1")]
+    assert main(["compare", *named, "--format", "csv"]) == 0  # named: read whatever they are
+    out, err = capsys.readouterr()
+    assert [line.split(",")[0] for line in out.splitlines()[1:]] == ["fedavg", "local"]
+    assert err == ""
 
 
 def test_resume_refuses_runs_of_other_settings_and_keeps_those_of_the_same(tmp_path, capsys):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ from fedsim.runner import build_dataset, build_trainers
 from fedsim.sim.compute import device_speeds
 from fedsim.sim.event_check import check_events
 from fedsim.study import run_scenario
-from tests.conftest import REPO, tiny_scenario
+from tests.conftest import run_fedsim, tiny_scenario
 from tests.test_fedavg_world import MLP_32_PARAMS, read_metrics
 
 PAYLOAD = MLP_32_PARAMS * 4
@@ -213,10 +211,7 @@ def test_churn_run_passes_the_event_invariants(tmp_path):
     assert [e["event_time_s"] for e in summary["churn_events"]] == [20.0, 40.0]
     assert (results_dir / "active_clients.png").stat().st_size > 5000
     events_file = str(results_dir / "fedavg" / "events.jsonl")
-    cli = subprocess.run(
-        [sys.executable, "-m", "fedsim", "check-events", events_file],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
-    )  # fmt: skip
+    cli = run_fedsim("check-events", events_file)
     assert cli.returncode == 0 and "OK" in cli.stdout
 
 
@@ -306,10 +301,7 @@ def test_budget_cli_prints_bytes_and_breakdown(tmp_path):
     )
     path.write_text(yaml.safe_dump(data))
     out = tmp_path / "b.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "fedsim", "budget", str(path), "--json", str(out)],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
-    )  # fmt: skip
+    result = run_fedsim("budget", str(path), "--json", str(out))
     assert result.returncode == 0, result.stderr
     assert "closed_form_s" in result.stdout
     [budget] = json.loads(out.read_text())
