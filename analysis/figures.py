@@ -73,6 +73,14 @@ def plot_runs(
     return written
 
 
+SCENARIO_FIGURES = (
+    TIME_TO_ACCURACY_FILE, ACCURACY_VS_BYTES_FILE, PARETO_FILE, AIRCOMP_PLOT,
+    ACCURACY_VS_ENERGY_FILE, ENERGY_PER_CLIENT_FILE, ACCURACY_VS_SAMPLES_FILE, ASYNC_PLOT,
+    ACTIVE_CLIENTS_PLOT,
+)  # fmt: skip
+"""Every figure ``plot_results`` may draw into a scenario's results folder."""
+
+
 def plot_results(
     results_dir: Path,
     labels: Sequence[str],
@@ -87,11 +95,33 @@ def plot_results(
     runs with ``async.npz`` and, unless ``event_times_s`` is None (no churn), the active
     clients with those events. In each run folder: its collaboration figures and its
     ``channel.png``, each only when older than its inputs (finished runs are not redrawn).
+    A scenario figure not drawn now (``SCENARIO_FIGURES``: an earlier study's ``pareto.png``
+    when these runs do not call for one) is removed, so every figure shows these runs.
     Returns the paths written."""
     results_dir = Path(results_dir)
     done = [
         results_dir / label for label in labels if (results_dir / label / METRICS_FILE).exists()
     ]
+    written = _plot_scenario_figures(results_dir, done, target_accuracy, event_times_s)
+    for name in SCENARIO_FIGURES:
+        if results_dir / name not in written:
+            (results_dir / name).unlink(missing_ok=True)
+    for run_dir in done:
+        if (run_dir / COLLABORATION_FILE).exists():
+            written += plot_collaboration_figures(run_dir, only_if_stale=True)
+        channel_csv = run_dir / CHANNEL_FILE
+        if channel_csv.exists() and not style.up_to_date(run_dir / CHANNEL_PLOT, [channel_csv]):
+            written.append(plot_channel(run_dir))
+    return written
+
+
+def _plot_scenario_figures(
+    results_dir: Path,
+    done: list[Path],
+    target_accuracy: float | None,
+    event_times_s: Sequence[float] | None,
+) -> list[Path]:
+    """The figures of the runs ``done`` taken together, into ``results_dir``."""
     if not done:
         return []
     written = plot_runs(find_runs(done), results_dir, target_accuracy)
@@ -104,10 +134,4 @@ def plot_results(
                 [(d.name, d) for d in done], results_dir / ACTIVE_CLIENTS_PLOT, event_times_s
             )
         )
-    for run_dir in done:
-        if (run_dir / COLLABORATION_FILE).exists():
-            written += plot_collaboration_figures(run_dir, only_if_stale=True)
-        channel_csv = run_dir / CHANNEL_FILE
-        if channel_csv.exists() and not style.up_to_date(run_dir / CHANNEL_PLOT, [channel_csv]):
-            written.append(plot_channel(run_dir))
     return written

@@ -28,7 +28,9 @@ from fedsim.results.files import (
     METRICS_FILE,
     SAMPLES_COLUMN,
     SCENARIO_FILE,
+    STUDY_FILE,
     SUMMARY_FILE,
+    scenario_sha256,
 )
 
 METRIC_COLUMNS = METRICS_COLUMNS  # the name scripts imported before the contract existed
@@ -153,9 +155,15 @@ def _unique_labels(paths: Sequence[Path]) -> list[str]:
         depth += 1
 
 
-def find_runs(paths: Sequence[Path]) -> list[Run]:
+def find_runs(paths: Sequence[Path], left_out: list[Path] | None = None) -> list[Run]:
     """Load the runs in ``paths``: run folders, or scenario folders whose direct subfolders are
-    run folders (taken in name order). A run folder reached twice is loaded once."""
+    run folders (taken in name order). A run folder reached twice is loaded once.
+
+    A scenario folder with a ``study.json`` gives the runs of the study last started there
+    only: a run folder an earlier study left (its label is not in the manifest, or its
+    resolved scenario is not the one the manifest lists) is not loaded but appended to
+    ``left_out``, since its settings are not the study's. A run folder given by name is
+    always loaded."""
     folders: list[Path] = []
     seen: set[Path] = set()
     for given in map(Path, paths):
@@ -166,6 +174,15 @@ def find_runs(paths: Sequence[Path]) -> list[Run]:
                 (child for child in given.iterdir() if _is_run_folder(child)),
                 key=lambda child: child.name,
             )
+            earlier = [folder for folder in found if not _of_the_last_study(folder, given)]
+            if earlier and len(earlier) == len(found):
+                raise ValueError(
+                    f"{given} holds no run of the study last started there ({STUDY_FILE}); "
+                    f"name run folders to read those of earlier studies"
+                )
+            found = [folder for folder in found if folder not in earlier]
+            if left_out is not None:
+                left_out += earlier
         else:
             raise ValueError(f"{given} does not exist or is not a folder")
         if not found:
@@ -182,6 +199,20 @@ def find_runs(paths: Sequence[Path]) -> list[Run]:
         dataclasses.replace(load_run(folder), label=label)
         for folder, label in zip(folders, labels, strict=True)
     ]
+
+
+def _of_the_last_study(run_dir: Path, scenario_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run of the study ``scenario_dir/study.json`` lists, with
+    the settings it lists; True without a readable manifest (nothing to tell them apart)."""
+    try:
+        runs = json.loads((scenario_dir / STUDY_FILE).read_text())["runs"]
+        listed = runs.get(run_dir.name)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return True
+    if listed is None:
+        return False
+    scenario = read_scenario(run_dir)
+    return scenario is not None and scenario_sha256(scenario) == listed
 
 
 def time_to_target(run: Run, target: float) -> float | None:

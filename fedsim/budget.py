@@ -26,11 +26,13 @@ from fedsim.world.tasks import CUT_AT
 
 @dataclass(frozen=True)
 class Budget:
-    """One algorithm's budget; per-round figures are means over its rounds.
+    """One algorithm's budget; per-round figures are means over its rounds, None when the
+    server completed no round (an asynchronous buffer never filled: it never stepped).
 
     The breakdown of a participant's round (queueing for and on the air in each direction,
     compute, idle) is None where no round has server-gathered participants to break down
-    (``local``, asynchronous servers).
+    (``local``, asynchronous servers). ``time_s``: when the last round ended;
+    ``simulated_s``: when the run ended.
     """
 
     algorithm: str
@@ -43,20 +45,21 @@ class Budget:
     uplink_queue_s: float | None
     uplink_s: float | None
     waiting_s: float | None
-    uplink_bytes_per_round: float
-    downlink_bytes_per_round: float
-    d2d_bytes_per_round: float
-    wasted_bytes_per_round: float
-    uplink_transmissions_per_round: float
-    downlink_transmissions_per_round: float
-    d2d_transmissions_per_round: float
+    uplink_bytes_per_round: float | None
+    downlink_bytes_per_round: float | None
+    d2d_bytes_per_round: float | None
+    wasted_bytes_per_round: float | None
+    uplink_transmissions_per_round: float | None
+    downlink_transmissions_per_round: float | None
+    d2d_transmissions_per_round: float | None
     uplink_bytes: int
     downlink_bytes: int
     d2d_bytes: int
     wasted_bytes: int  # on the air for nothing: retransmitted blocks and cut transfers
     retransmitted_bytes: int  # of those, failed transport blocks sent again (harq)
-    participants_per_round: float  # updates the server kept (applied, for an async server)
+    participants_per_round: float | None  # updates the server kept (applied, if asynchronous)
     closed_form_round_s: float | None
+    simulated_s: float = 0.0
     # Rounds that selected clients but kept no update, and where those clients' tasks were
     # when the rounds closed (``fedsim.world.tasks.CUT_AT``, summed over those rounds).
     empty_rounds: int = 0
@@ -64,6 +67,7 @@ class Budget:
     # Bytes of one model-shaped message as the algorithm's codecs encode it (None: no codec).
     message_bytes: dict[str, int] | None = None
     radio: dict | None = None  # with system.radio: world.network.rate_distribution
+    uplink_aggregation: str = "digital"  # system.radio.uplink_aggregation (over the air or not)
     energy_j: dict | None = None  # with system.energy: joules by category, over the run
 
     def as_dict(self) -> dict:
@@ -92,11 +96,13 @@ def budget_algorithm(
     world.finish(complete=True)
     rows = recorder.round_rows
     log = world.log
-    count = max(len(rows), 1)
 
     def mean(values: list[float]) -> float | None:
         values = [v for v in values if not math.isnan(v)]
         return float(np.mean(values)) if values else None
+
+    def per_round(total: float) -> float | None:
+        return total / len(rows) if rows else None
 
     breakdown = {part: mean([r[part] for r in rows]) for part in (*BREAKDOWN, "waiting_s")}
     empty = [r for r in rows if r["selected"] and not r["participants"]]
@@ -106,22 +112,24 @@ def budget_algorithm(
         time_s=rows[-1]["end_s"] if rows else 0.0,
         round_s=mean([r["end_s"] - r["start_s"] for r in rows]),
         **breakdown,
-        uplink_bytes_per_round=log.uplink_bytes / count,
-        downlink_bytes_per_round=log.downlink_bytes / count,
-        d2d_bytes_per_round=log.d2d_bytes / count,
-        wasted_bytes_per_round=log.wasted_bytes / count,
-        uplink_transmissions_per_round=log.transmissions["uplink"] / count,
-        downlink_transmissions_per_round=log.transmissions["downlink"] / count,
-        d2d_transmissions_per_round=log.transmissions["d2d"] / count,
+        uplink_bytes_per_round=per_round(log.uplink_bytes),
+        downlink_bytes_per_round=per_round(log.downlink_bytes),
+        d2d_bytes_per_round=per_round(log.d2d_bytes),
+        wasted_bytes_per_round=per_round(log.wasted_bytes),
+        uplink_transmissions_per_round=per_round(log.transmissions["uplink"]),
+        downlink_transmissions_per_round=per_round(log.transmissions["downlink"]),
+        d2d_transmissions_per_round=per_round(log.transmissions["d2d"]),
         uplink_bytes=log.uplink_bytes,
         downlink_bytes=log.downlink_bytes,
         d2d_bytes=log.d2d_bytes,
         wasted_bytes=log.wasted_bytes,
         retransmitted_bytes=log.retransmitted_bytes,
-        participants_per_round=float(np.mean([r["participants"] for r in rows])) if rows else 0.0,
+        participants_per_round=mean([r["participants"] for r in rows]),
         closed_form_round_s=closed_form_round_s(scenario, algorithm, world),
+        simulated_s=world.env.now,
         message_bytes=message_bytes(world),
         radio=rate_distribution(world.network.radio) if world.network.radio else None,
+        uplink_aggregation=scenario.system.uplink_aggregation,
         energy_j=world.energy.meter.totals() if world.energy else None,
         empty_rounds=len(empty),
         empty_rounds_cut_at={where: sum(r[where] for r in empty) for where in CUT_AT},
@@ -222,7 +230,7 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
         times = (b.round_s, b.closed_form_round_s, b.downlink_queue_s, b.downlink_s, b.compute_s)
         times += (b.uplink_queue_s, b.uplink_s, b.waiting_s)
         lines.append(
-            f"{b.algorithm:>{name_width}} {b.rounds:>13} {b.participants_per_round:>13.1f} "
+            f"{b.algorithm:>{name_width}} {b.rounds:>13} {cell(b.participants_per_round, 13, 1)} "
             + " ".join(cell(t, 13) for t in times)
             + f" {b.time_s:>13.1f}"
         )
@@ -239,13 +247,14 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
         totals = (delivered, b.retransmitted_bytes, b.wasted_bytes - b.retransmitted_bytes)
         lines.append(
             f"{b.algorithm:>{name_width}} "
-            + " ".join(cell(v / 1e6, 11) for v in per_round)
+            + " ".join(cell(None if v is None else v / 1e6, 11) for v in per_round)
             + " "
             + " ".join(cell(v, 11, 1) for v in transmissions)
             + " "
             + " ".join(cell(v / 1e6, 11, 2) for v in (*totals, on_air))
             + f" {b.wasted_bytes / on_air if on_air else 0:>11.1%}"
         )
+    lines += _no_round_lines(budgets)
     lines += _empty_round_lines(budgets)
     lines += _compression_lines(budgets, name_width, model_bytes)
     lines += _radio_lines(budgets, name_width)
@@ -266,6 +275,20 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
         "(retx + cut) / on_air.",
     ]
     return "\n".join(lines)
+
+
+def _no_round_lines(budgets: list[Budget]) -> list[str]:
+    """Runs whose server completed no round: per-round figures have nothing to divide by."""
+    lines = [
+        f"{b.algorithm}: the server never stepped: no round completed in the "
+        f"{b.simulated_s:.1f} s simulated, though {b.uplink_bytes / 1e6:.2f} MB went up "
+        "(per-round figures n/a; totals as sent). An asynchronous buffer the arrivals never "
+        "fill (buffer_size above what arrives before the run ends), or updates all dropped as "
+        "stale, do this; a smaller buffer_size or a longer run lets it step."
+        for b in budgets
+        if b.rounds == 0
+    ]
+    return ["", *lines] if lines else []
 
 
 _CUT_WORDS = {
@@ -340,9 +363,14 @@ def _radio_lines(budgets: list[Budget], name_width: int) -> list[str]:
     keys = ("uplink_snr_db", "uplink_mbps", "downlink_mbps", "rho")
     columns = ("SNR dB", "up Mbps", "down Mbps", "rho")
 
-    def spread(values: list[float] | None) -> str:
-        text = "n/a" if values is None else " / ".join(f"{v:.3g}" for v in values)
+    def spread(values: list[float] | None, mark: str = "") -> str:
+        text = "n/a" if values is None else " / ".join(f"{v:.3g}" for v in values) + mark
         return f"{text:>20}"
+
+    def side_information(b: Budget, key: str) -> str:
+        """Over the air the uplink's digital bytes are side information, not the updates."""
+        over_the_air = b.uplink_aggregation != "digital" and key in ("uplink_mbps", "rho")
+        return "*" if over_the_air else ""
 
     lines = [
         "",
@@ -359,7 +387,7 @@ def _radio_lines(budgets: list[Budget], name_width: int) -> list[str]:
         )
         lines.append(
             f"{b.algorithm:>{name_width}} "
-            + " ".join(spread(radio[k]) for k in keys)
+            + " ".join(spread(radio[k], side_information(b, k)) for k in keys)
             + f" {radio['outages']:>9} {radio['retransmissions']:>10} {radio['given_up']:>9}"
             + harq
         )
@@ -376,6 +404,13 @@ def _radio_lines(budgets: list[Budget], name_width: int) -> list[str]:
         "per_upload links); BLER and MCS: the harq link's transport blocks (failed share, mean "
         "MCS index)."
     )
+    if any(side_information(b, "rho") for b in runs):
+        lines.append(
+            "*: over the air the updates go in one analog slot, not as bits: up Mbps is the rate "
+            "of the digital side information each client sends before it (BAA: the mean and "
+            "spread of each tensor, a few bytes), and rho is the downlink's rate over that one, "
+            "not over the model's."
+        )
     return lines
 
 

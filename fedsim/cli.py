@@ -30,6 +30,7 @@ from fedsim.sim.event_check import check_events, format_report, not_an_events_fi
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `yes | head -1`'s writer
 THREADS_ENV_VAR = "FEDSIM_THREADS"
 
 
@@ -211,7 +212,7 @@ def _budget(args: argparse.Namespace) -> int:
     budgets, skipped = [], []
     for variant in scenario.variants():
         dataset = build_dataset(variant, timing_only=True)
-        trainers = build_trainers(variant, dataset)
+        trainers = build_trainers(variant, dataset, timing_only=True)
         for algorithm in select_algorithms(variant, args.only):
             try:
                 budgets.append(budget_algorithm(variant, algorithm, dataset, trainers))
@@ -249,8 +250,10 @@ def _plot(args: argparse.Namespace) -> int:
     problem = _folder_problem(out)
     if problem is not None:
         return _report(ScenarioError("plot", [f"--out: {problem}"]))
+    left_out: list[Path] = []
     try:
-        runs = find_runs(args.dirs)
+        runs = find_runs(args.dirs, left_out)
+        _say_left_out(left_out)
         written = plot_runs(runs, out, args.target)  # first: it refuses mixed seed groups
         collaborative = [run for run in runs if (run.path / COLLABORATION_FILE).is_file()]
         written += [
@@ -295,7 +298,8 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a scenario field (dotted key, e.g. system.network.rho=2, "
-        "algorithms[0].deadline_s=5, sweep.seed=[1,2,3]; the value is YAML); repeatable",
+        "'algorithms[0].deadline_s=5', 'sweep.seed=[1,2,3]'; the value is YAML; quote what "
+        "holds brackets, which zsh and other shells expand); repeatable",
     )
 
 
@@ -307,14 +311,31 @@ def _compare(args: argparse.Namespace) -> int:
     problem = None if args.out is None else _file_problem("--out", args.out)
     if problem is not None:
         return _report(ScenarioError("compare", [problem]))
+    left_out: list[Path] = []
     try:
-        table = format_table(compare_rows(find_runs(args.dirs)), args.format)
+        runs = find_runs(args.dirs, left_out)
+        _say_left_out(left_out)
+        table = format_table(compare_rows(runs), args.format)
         if args.out is not None:
             args.out.write_text(table)
     except (ValueError, OSError) as error:
         return _report(ScenarioError("compare", [str(error)]))
     print(table.rstrip("\n") if args.out is None else args.out)
     return 0
+
+
+def _say_left_out(left_out: list[Path]) -> None:
+    """One line per scenario folder whose earlier studies' run folders were not read."""
+    by_folder: dict[Path, list[str]] = {}
+    for run_dir in left_out:
+        by_folder.setdefault(run_dir.parent, []).append(run_dir.name)
+    for folder, names in by_folder.items():
+        print(
+            f"{folder}: {len(names)} run folder{'s' * (len(names) > 1)} of an earlier study "
+            f"left out (not in its study.json, or other settings): {', '.join(names)}; "
+            "name a run folder to read it",
+            file=sys.stderr,
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -413,6 +434,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # e.g. while torch loads; a run says more itself (_run)
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader left (`fedsim schema | head -1`): stop quietly
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so that the interpreter's last flush of what is still
+    buffered for the closed pipe fails nowhere (it would print a second error at exit)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
 
 
 if __name__ == "__main__":

@@ -87,13 +87,20 @@ def require_a_sample_per_client(scenario: Scenario) -> None:
         )
 
 
-def build_trainers(scenario: Scenario, dataset: FederatedDataset) -> list[Trainer]:
+def build_trainers(
+    scenario: Scenario, dataset: FederatedDataset, *, timing_only: bool = False
+) -> list[Trainer]:
     """One trainer per client, shared by all clients of the same architecture.
 
     With a model mix, ``assign: by_size`` gives the first listed architecture to the
     clients with the most training data (PerFed-CKT: larger models for larger datasets).
+    ``timing_only`` (``fedsim budget``): nothing is trained, the trainers only give the
+    models' shapes, so they live on the CPU in fp32 whatever ``training.device`` says (a
+    budget of a GPU scenario runs on a machine without one).
     """
     training = scenario.training
+    if timing_only:
+        training = training.model_copy(update={"device": "cpu", "precision": "fp32"})
     if training.device == "cuda" and not torch.cuda.is_available():
         raise ScenarioError(
             "training.device", ["training.device: cuda, but this machine has no CUDA device"]

@@ -36,7 +36,7 @@ from tqdm import tqdm
 from analysis.figures import plot_results
 from analysis.results import first_difference, load_yaml, read_scenario
 from fedsim.config import AlgorithmConfig, Scenario, ScenarioError, parse_scenario
-from fedsim.learn.execution import configure_threads
+from fedsim.learn.execution import configure_threads, cpu_has_native_bf16
 from fedsim.results.files import (
     METRICS_FILE,
     SCENARIO_FILE,
@@ -237,7 +237,7 @@ def run_study(
     found = survey(results_dir, jobs, resume)
     if resume and found.changed:
         raise ScenarioError("--resume", _refusal(results_dir, found))
-    for line in found.lines(results_dir):
+    for line in found.lines(results_dir) + _emulated_bf16(jobs):
         print(line, file=sys.stderr)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / SCENARIO_FILE).write_text(scenario.to_yaml())
@@ -271,6 +271,22 @@ def run_study(
         configure_threads(threads)
         draw_figures(scenario, results_dir, ours())  # what was measured, cut runs marked
     return results_dir
+
+
+def _emulated_bf16(jobs: Sequence[Job]) -> list[str]:
+    """A warning when runs train in bf16 on a CPU that does not compute in it natively (slower
+    than fp32 there), once for the study."""
+    on_cpu = any(
+        job.variant.training.precision == "bf16" and job.variant.training.device == "cpu"
+        for job in jobs
+    )
+    if not on_cpu or cpu_has_native_bf16() is not False:
+        return []
+    return [
+        "warning: training.precision bf16: this CPU has no native bf16 arithmetic (no "
+        "AVX512_BF16 or AMX on x86, no BF16 on ARM), so PyTorch converts around every operation "
+        "and trains slower than in fp32 (2.4x measured); use fp32 here (README, Performance)"
+    ]
 
 
 def _refusal(results_dir: Path, found: Found) -> list[str]:

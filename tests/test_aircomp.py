@@ -11,7 +11,9 @@ import math
 import numpy as np
 import pytest
 import torch
+import yaml
 
+from fedsim.cli import main
 from fedsim.learn.overtheair import AnalogSum, normalization, one_bit_vote
 from fedsim.sim.aircomp import AirSlot, slot_s
 from fedsim.sim.event_check import check_events
@@ -374,3 +376,21 @@ def test_churn_and_a_deadline_never_put_an_offline_client_in_the_sum(tmp_path):
     for row in rows:
         assert int(row["air_transmitters"]) + int(row["air_truncated"]) == int(row["completed"])
     assert any(int(r["completed"]) < int(r["selected"]) for r in read_rounds(tmp_path / "run"))
+
+
+def test_the_budget_labels_the_side_informations_rate_of_an_air_uplink(tmp_path, capsys):
+    """Over the air the digital uplink carries a few bytes per client: its rate and rho are
+    marked as that, not read as the model's."""
+    data = air_scenario(tmp_path, "aircomp")
+    data["sweep"] = {"system.radio.uplink_aggregation": ["digital", "aircomp"]}
+    path = tmp_path / "air.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["budget", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if "up Mbps p10/p50/p90" in line)
+    digital, aircomp = lines[header + 1 : header + 3]
+    assert "aircomp" in aircomp and aircomp.count("*") == 2  # up Mbps and rho
+    assert "digital" in digital and "*" not in digital
+    assert any(
+        line.startswith("*: over the air the updates go in one analog slot") for line in lines
+    )

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from fedsim.config import ScenarioError, parse_scenario
-from fedsim.learn.execution import uses_channels_last
+from fedsim.learn.execution import cpu_has_native_bf16, uses_channels_last
 from fedsim.learn.models import build_model
 from fedsim.learn.optimizers import LossScaler, OptimizerSpec
 from fedsim.learn.trainer import Trainer
-from fedsim.study import run_scenario
+from fedsim.study import run_scenario, run_study
 from tests.conftest import tiny_scenario
 from tests.test_fedavg_world import read_metrics
 
@@ -106,3 +106,31 @@ def test_the_loss_scaler_skips_overflowing_steps_and_grows_after_good_ones():
     assert scaler.scale == 4.0
     assert scaler.unscale(torch.tensor([1.0])) and scaler.unscale(torch.tensor([1.0]))
     assert scaler.scale == 8.0
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "native"),
+    [
+        ("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni\n", False),
+        ("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 avx_vnni\n", True),
+        ("processor\t: 0\nflags\t\t: fpu avx512f amx_bf16 amx_tile\n", True),
+        ("processor\t: 0\nFeatures\t: fp asimd sve i8mm bf16\n", True),
+        ("processor\t: 0\nFeatures\t: fp asimd crc32 atomics\n", False),
+    ],
+)
+def test_native_bf16_is_read_from_the_cpus_flags(tmp_path, cpuinfo, native):
+    path = tmp_path / "cpuinfo"
+    path.write_text(cpuinfo)
+    assert cpu_has_native_bf16(path) is native
+    assert cpu_has_native_bf16(tmp_path / "missing") is None  # not Linux: cannot tell
+
+
+@pytest.mark.parametrize("native", [False, True, None])
+def test_bf16_on_a_cpu_that_emulates_it_is_warned_once(tmp_path, monkeypatch, capsys, native):
+    monkeypatch.setattr("fedsim.study.cpu_has_native_bf16", lambda: native)
+    data = tiny_scenario(tmp_path, training={"precision": "bf16"}, run={"rounds": 1})
+    data["sweep"] = {"seed": [1, 2]}
+    run_study(parse_scenario(data), show_progress=False)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "native bf16" in line]
+    assert len(warnings) == (1 if native is False else 0)
+    assert all(w.startswith("warning: training.precision bf16:") for w in warnings)

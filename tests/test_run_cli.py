@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from fedsim import __version__
 from fedsim.cli import THREADS_ENV_VAR, main
 from fedsim.results.files import METRICS_COLUMNS
 from fedsim.results.recorder import Recorder
-from tests.conftest import tiny_scenario
+from tests.conftest import start_python, tiny_scenario
 
 
 def write_scenario(tmp_path: Path, **overrides: object) -> Path:
@@ -163,3 +165,63 @@ def test_check_events_tells_a_file_that_is_no_event_log_from_a_log_with_violatio
         assert f"error: {path}:" in error and "not an events file" in error
     assert main(["check-events", str(bad_log)]) == 1
     assert "time goes backwards" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["schema"], ["budget", "SCENARIO"]])
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path, command):
+    """`fedsim schema | head -1`: the pipe closes under the writer; no traceback, exit 141."""
+    path = write_scenario(tmp_path)
+    args = [str(path) if arg == "SCENARIO" else arg for arg in command]
+    process = start_python(
+        "-m", "fedsim", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )  # fmt: skip
+    assert process.stdout.readline()  # as head -1 does: one line, then the pipe is closed
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    process.wait()
+    assert process.returncode in (0, 141)  # 0: everything fitted in the pipe before it closed
+    assert stderr == ""
+
+
+def test_a_writer_whose_pipe_is_closed_exits_141_without_a_traceback(monkeypatch, capsys):
+    """What a full pipe does when its reader left: print raises BrokenPipeError."""
+
+    def closed_pipe(args: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("fedsim.cli._schema", closed_pipe)
+    monkeypatch.setattr("fedsim.cli._discard_stdout", lambda: None)  # pytest owns stdout
+    assert main(["schema"]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_a_budget_trains_nothing_so_a_gpu_scenario_budgets_without_one(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    path = write_scenario(tmp_path, training={"device": "cuda", "precision": "fp16"})
+    assert main(["run", str(path), "--quiet"]) == 2  # training does need the GPU
+    assert "training.device: cuda, but this machine has no CUDA device" in capsys.readouterr().err
+    assert main(["budget", str(path)]) == 0
+    assert "fedavg" in capsys.readouterr().out
+
+
+def test_a_budget_whose_server_never_steps_says_so_instead_of_dividing_by_one_round(
+    tmp_path, capsys
+):
+    """FedBuff's buffer of 100 is never filled by 6 clients in 20 simulated seconds."""
+    algorithm = {"name": "fedbuff", "max_concurrency": 6, "buffer_size": 100}
+    path = write_scenario(
+        tmp_path, algorithms=[algorithm], run={"rounds": None, "time_budget_s": 20.0},
+        evaluation={"every_rounds": None, "every_s": 5.0},
+    )  # fmt: skip
+    out = tmp_path / "budget.json"
+    assert main(["budget", str(path), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    [budget] = json.loads(out.read_text())
+    assert budget["rounds"] == 0 and budget["uplink_bytes"] > 0  # updates went up, unused
+    assert budget["uplink_bytes_per_round"] is None and budget["participants_per_round"] is None
+    assert budget["simulated_s"] == pytest.approx(20.0)
+    [row] = [line for line in text.splitlines() if line.split()[:2] == ["fedbuff", "0"]]
+    assert row.split()[2] == "n/a"  # kept per round
+    assert "fedbuff: the server never stepped: no round completed in the 20.0 s simulated" in text

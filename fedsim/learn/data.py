@@ -9,6 +9,7 @@ bit-identical shards, whichever algorithm later runs on them.
 from __future__ import annotations
 
 import gzip
+import importlib
 import math
 import os
 import pickle
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -155,6 +157,25 @@ def _download(fetch: Callable[[], object], expected: Path, folder: Path) -> None
         ) from None
 
 
+def torchvision_module(name: str, needed_for: str) -> ModuleType:
+    """``torchvision.<name>``, imported only where fedsim needs torchvision: to download a
+    dataset and to rotate images by an angle that is not a multiple of 90 degrees. Everything
+    else works without it, so a missing torchvision, or one built for another PyTorch (whose
+    import fails: "operator torchvision::nms does not exist"), is a ValueError saying what to
+    install, raised only there."""
+    try:
+        return importlib.import_module(f"torchvision.{name}")
+    except (ImportError, RuntimeError, OSError, AttributeError) as error:
+        major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+        pair = f"torchvision 0.{minor + 15}" if major == 2 else "the torchvision of its release"
+        raise ValueError(
+            f"{needed_for} needs torchvision, which cannot be imported here "
+            f"({type(error).__name__}: {error}); install the one built for this PyTorch "
+            f"{torch.__version__}: {pair}, from the same index as torch (fedsim needs it for "
+            "nothing else)"
+        ) from None
+
+
 def _read_idx(path: Path, header_bytes: int) -> np.ndarray:
     with gzip.open(path, "rb") as f:  # copy: arrays over bytes are read-only, torch wants writable
         return np.frombuffer(f.read(), np.uint8, offset=header_bytes).copy()
@@ -168,8 +189,7 @@ def _load_idx(name: str, root: Path, download: bool, split: str) -> tuple[np.nda
     if not (images_path.is_file() and labels_path.is_file()):
         if not download:
             raise _missing(f"{_IDX_FOLDERS[name]} {split} files", images_path)
-        import torchvision.datasets as tvd  # slow import, only needed to download
-
+        tvd = torchvision_module("datasets", f"downloading {_IDX_FOLDERS[name]}")
         dataset = getattr(tvd, _IDX_FOLDERS[name])
         fetch = partial(dataset, str(root), train=split == "train", download=True)
         _download(fetch, images_path, folder)
@@ -194,8 +214,7 @@ def _load_cifar10(root: Path, download: bool, split: str) -> tuple[np.ndarray, n
     if not files:
         if not download:
             raise _missing(f"CIFAR-10 {split} batches", folder)
-        import torchvision.datasets as tvd  # slow import, only needed to download
-
+        tvd = torchvision_module("datasets", "downloading CIFAR-10")
         fetch = partial(tvd.CIFAR10, str(root), train=split == "train", download=True)
         _download(fetch, folder, folder)
         files = _cifar_files(folder, split)
@@ -394,8 +413,9 @@ def rotate_images(x: torch.Tensor, angle: float) -> torch.Tensor:
     """
     if angle % 90 == 0:
         return torch.rot90(x, int(angle // 90) % 4, dims=(2, 3))
-    import torchvision.transforms.functional as tvf  # slow import, only for arbitrary angles
-
+    tvf = torchvision_module(
+        "transforms.functional", f"rotating images by {angle:g} degrees (not a multiple of 90)"
+    )
     return tvf.rotate(x, float(angle), interpolation=tvf.InterpolationMode.BILINEAR)
 
 
