@@ -73,15 +73,26 @@ def cpu_features() -> dict:
     }
 
 
-def matmul_peak(precision: str, size: int, repeats: int) -> float:
-    """Best GFLOP/s of a (size x size) @ (size x size) product in ``precision``: fp32 is
-    ``training_throughput.matmul_peak_gflops``; other dtypes the same product in that dtype."""
-    if precision == "fp32":
+def matmul_peak(precision: str, size: int, repeats: int, device: str = "cpu") -> float:
+    """Best GFLOP/s of a (size x size) @ (size x size) product in ``precision`` on ``device``
+    (the ceiling a training there is measured against): on the CPU, fp32 is
+    ``training_throughput.matmul_peak_gflops``; other dtypes and devices the same product in
+    that dtype, there (a GPU's timed to the end of its kernels)."""
+    if precision == "fp32" and device == "cpu":
         return matmul_peak_gflops(size, repeats)
     generator = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(size, size, generator=generator).to(_DTYPES[precision]) for _ in "ab")
+    a, b = (
+        torch.randn(size, size, generator=generator).to(device, _DTYPES[precision]) for _ in "ab"
+    )
     out = torch.mm(a, b)  # warm-up, and the output buffer
-    return 2 * size**3 / timed(lambda: torch.mm(a, b, out=out), repeats)["best_s"] / 1e9
+    synchronize = torch.cuda.synchronize if device == "cuda" else lambda: None
+
+    def product() -> None:
+        torch.mm(a, b, out=out)
+        synchronize()
+
+    synchronize()
+    return 2 * size**3 / timed(product, repeats)["best_s"] / 1e9
 
 
 def matmul_peaks(size: int, repeats: int) -> dict[str, float]:

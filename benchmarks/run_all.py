@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from benchmarks import (
     event_throughput,
+    gpu,
     memory,
     naive_vs_fedsim,
     precision,
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "radio_throughput": radio_throughput.main,
     "precision": precision.main,
     "whole_run": whole_run.main,
+    "gpu": gpu.main,
 }
 QUICK_ARGS = {
     "training_throughput": ["--models", "mlp", "--batch-sizes", "8", "--steps", "2",
@@ -46,6 +48,9 @@ QUICK_ARGS = {
                   "--clients", "2", "--matmul-size", "128"],
     "whole_run": ["--batch-sizes", "8", "--rounds", "1", "--num-samples", "400",
                   "--matmul-size", "128"],
+    "gpu": ["--device", "cpu", "--models", "mlp", "lenet5", "--batch-sizes", "4",
+            "--clients", "3", "--precisions", "fp32", "--steps", "2", "--repeats", "1",
+            "--matmul-size", "128"],
 }  # fmt: skip
 
 

@@ -17,8 +17,9 @@ The training phase's achieved GFLOP/s: FLOPs of one step on one full batch of th
 model, counted by ``FlopCounterMode`` after the run (as ``training_throughput`` does), times
 the samples trained over the batch size (the steps, where every batch is full: matmul and
 convolution FLOPs are linear in the batch), from the ``TrainResult`` objects; as a share of
-the matmul peak of the precision used (``precision.matmul_peak`` with the run's threads,
-measured before and after the runs: the better of the two).
+the matmul peak of the precision used on the device that trains (``precision.matmul_peak``
+with the run's threads, or on the GPU, measured before and after the runs: the better of the
+two).
 
 Default: built in code, 20 MNIST clients (IID, 600 images each of which 480 train),
 FedAvg on every client per round, the FedAvg paper's ``cnn``, plain SGD (lr 0.05),
@@ -27,6 +28,7 @@ once with batch 32.
 
     FEDSIM_DATA=../shared/data python -m benchmarks.whole_run [--batch-sizes 10 32]
         [--rounds 5] [--precision fp32] [--memory-format auto] [--scenario FILE]
+        [--device cuda]
 """
 
 from __future__ import annotations
@@ -199,6 +201,8 @@ def scenarios(args) -> list[Scenario]:
         training["memory_format"] = args.memory_format
     if args.threads is not None:
         training["threads"] = args.threads
+    if args.device is not None:
+        training["device"] = args.device
     runs = []
     for batch_size in args.batch_sizes or [base.training.batch_size]:
         update = {**training, "batch_size": batch_size}
@@ -225,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--num-samples", type=int, default=12_000,
                         help="built-in scenario's MNIST images (0: all 60,000)")  # fmt: skip
     parser.add_argument("--matmul-size", type=int, default=2048)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                        help="training.device (default: cpu, or the file's)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.scenario is None and args.batch_sizes is None:
         args.batch_sizes = [10, 32]
@@ -250,9 +256,11 @@ def matmul_peaks(runs: list[Scenario], size: int) -> dict[str, float]:
     of one invocation share the scenario's, or --threads)."""
     before = torch.get_num_threads()
     torch.set_num_threads(runs[0].training.threads)
+    device = runs[0].training.device  # the peak of the device that trains, not the host's
     try:
         return {
-            p: matmul_peak(p, size, 3) for p in dict.fromkeys(sc.training.precision for sc in runs)
+            p: matmul_peak(p, size, 3, device)
+            for p in dict.fromkeys(sc.training.precision for sc in runs)
         }
     finally:
         torch.set_num_threads(before)

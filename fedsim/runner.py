@@ -122,6 +122,7 @@ def build_trainers(
             engine=training.engine,
             precision=training.precision,
             memory_format=training.memory_format,
+            vmap_chunk=training.vmap_chunk,
         )
         for share in shares
     ]  # fmt: skip

@@ -36,7 +36,11 @@ from tqdm import tqdm
 from analysis.figures import plot_results
 from analysis.results import first_difference, load_yaml, read_scenario
 from fedsim.config import AlgorithmConfig, Scenario, ScenarioError, parse_scenario
-from fedsim.learn.execution import configure_threads, cpu_has_native_bf16
+from fedsim.learn.execution import (
+    configure_determinism,
+    configure_threads,
+    cpu_has_native_bf16,
+)
 from fedsim.results.files import (
     METRICS_FILE,
     SCENARIO_FILE,
@@ -329,6 +333,7 @@ def _in_process(jobs: list[Job], display: _Progress, finished: Callable[[str], N
     """One run after another; consecutive variants with the same data share one dataset."""
     cached: tuple[str, tuple] | None = None
     for job in jobs:
+        configure_determinism(job.variant.training.deterministic)  # before CUDA starts
         key = _data_key(job.variant)
         if cached is None or cached[0] != key:
             cached = None  # drop the previous dataset first: one in memory at a time
@@ -378,6 +383,7 @@ def _work(payload: tuple[dict, str]) -> str:
     global _worker_running
     data, label = payload
     variant = parse_scenario(data, label)
+    configure_determinism(variant.training.deterministic)  # before this process uses CUDA
     [algorithm] = [a for a in variant.algorithms if a.run_label == label]
     dataset = build_dataset(variant)
     progress = None

@@ -81,6 +81,17 @@ def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
         assert row["train_steps"] > 0 and _positive(row["training_gflops"])
         assert _positive(row["training_share_of_peak"])
         assert _positive(results["matmul_peak_gflops"][row["precision"]])
+    elif name == "gpu":
+        rows = results["rows"]  # mlp and lenet5 x loop and vmap, 3 clients at batch 4
+        assert [(r["model"], r["engine"]) for r in rows] == [
+            ("mlp", "loop"), ("mlp", "vmap"), ("lenet5", "loop"), ("lenet5", "vmap")
+        ]  # fmt: skip
+        assert all(_positive(r[k]) for r in rows for k in ("client_samples_per_s", "gflops"))
+        assert all(_positive(r["share_of_peak"]) for r in rows)
+        vmap = [r for r in rows if r["engine"] == "vmap"]
+        assert all(r["chunk"] == 3 and _positive(r["estimate_mb"]) for r in vmap)
+        assert all(_positive(r["vmap_over_loop"]) for r in vmap)
+        assert results["device"] == "cpu" and "peak_mb" not in rows[0]  # CUDA only
     else:
         fedsim, naive, ditto, streaming, stacked, feedback = results["rows"]
         assert fedsim["tensors_held"] == 11  # the global model and 10 personal ones

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from fedsim.config import ScenarioError, parse_scenario
+from fedsim.learn import execution
 from fedsim.learn.models import build_model
 from fedsim.learn.optimizers import OptimizerSpec
 from fedsim.learn.trainer import Trainer
@@ -198,3 +199,88 @@ def test_cancelled_or_lost_trainings_never_run(tmp_path: Path, batch_sizes: list
     assert not tasks[0].delivered.triggered and not tasks[1].delivered.triggered
     assert tasks[2].delivered.value.steps == tasks[3].delivered.value.steps > 0
     assert not world.trainings
+
+
+# --- chunks: memory bounded whatever the client count ---
+
+
+def chunked(name: str, spec: OptimizerSpec, chunk: int | str) -> Trainer:
+    torch.manual_seed(0)
+    model = build_model(name, SMALL, 10, hidden_sizes=(32, 16))
+    return Trainer(model, spec, batch_size=8, engine="vmap", vmap_chunk=chunk)
+
+
+@pytest.mark.parametrize(("name", "spec"), [("mlp", SGD), ("mlp", ADAM), ("cnn", SGD)])
+def test_chunked_vmap_trains_as_one_stack(name: str, spec: OptimizerSpec) -> None:
+    """Seven clients of unequal sizes and step counts in chunks of 3 (the chunks hold the
+    longest trainings first: 7 5 4 | 3 3 0 | 2 steps), with a prox term and corrections."""
+    sizes, steps = [21, 13, 8, 30, 5, 17, 9], [5, 0, 3, 7, 2, 4, 3]
+    data = client_data(sizes, seed=1)
+    whole, parts = chunked(name, spec, 7), chunked(name, spec, 3)
+    params = [whole.init_params(i) for i in range(7)]
+    extra = {
+        "prox_center": [whole.init_params(20 + i) for i in range(7)],
+        "prox_mu": 0.3,
+        "correction": [0.01 * torch.randn(whole.num_params) for _ in range(7)],
+    }
+    seeds = list(range(40, 47))
+    one = whole.train_many(params, data, steps=steps, seeds=seeds, **extra)
+    three = parts.train_many(params, data, steps=steps, seeds=seeds, **extra)
+    for start, a, b, k in zip(params, one, three, steps, strict=True):
+        assert (a.steps, a.samples) == (b.steps, b.samples) and a.steps == k
+        moved = (a.params - start).norm()
+        assert (b.params - a.params).norm() <= 1e-5 * max(float(moved), 1e-3)
+        if k:
+            assert moved > 0.01 and b.mean_loss == pytest.approx(a.mean_loss, rel=1e-5)
+        else:
+            assert torch.equal(b.params, start)
+        assert b.params.device.type == "cpu" and b.params.untyped_storage().nbytes() == (
+            4 * whole.num_params
+        )  # its own storage: a client's result does not hold its chunk's memory
+
+
+def test_chunked_evaluation_equals_one_stack() -> None:
+    data = client_data([21, 13, 8, 30, 5], seed=2)
+    whole, parts = chunked("cnn", SGD, 5), chunked("cnn", SGD, 2)
+    params = [whole.init_params(i) for i in range(5)]
+    xs, ys = [x for x, _ in data], [y for _, y in data]
+    one, two = whole.evaluate_each(params, xs, ys), parts.evaluate_each(params, xs, ys)
+    assert [(r.correct, r.total) for r in one] == [(r.correct, r.total) for r in two]
+    assert [r.loss_sum for r in two] == pytest.approx([r.loss_sum for r in one], rel=1e-6)
+    assert [r.total for r in two] == [21, 13, 8, 30, 5]
+
+
+def test_auto_chunks_fit_the_devices_memory(monkeypatch) -> None:
+    """auto: as many clients as fit half the device's total memory at the step's estimated
+    float count each, never more than MAX_VMAP_CHUNK; on a small device the stack splits."""
+    trainer = chunked("cnn", SGD, "auto")
+    x = torch.zeros(10, *SMALL)
+    floats = trainer._training_floats(x, width=8, extra_states=0)
+    # parameters, gradient and momentum, the batch and 4 copies of every layer's output
+    assert floats == 3 * trainer.num_params + 8 * (144 + 4 * trainer.activation_floats(SMALL))
+    monkeypatch.setattr(execution, "device_memory_bytes", lambda device: 2 * 4 * floats * 3)
+    assert trainer._chunk_size(10, floats) == 3
+    monkeypatch.setattr(execution, "device_memory_bytes", lambda device: 2**50)
+    assert trainer._chunk_size(5000, floats) == execution.MAX_VMAP_CHUNK
+    assert trainer._chunk_size(7, floats) == 7
+    monkeypatch.setattr(execution, "device_memory_bytes", lambda device: 1)
+    assert trainer._chunk_size(7, floats) == 1  # never nothing
+
+
+def test_activation_floats_count_every_layers_output() -> None:
+    """LeNet-5 on 28x28, layer by layer: conv 6x24x24 and its ReLU, pool 6x12x12, conv 16x8x8
+    and its ReLU, pool 16x4x4, flatten 256, 120 and 84 with their ReLUs, 10 logits."""
+    lenet = Trainer(build_model("lenet5", (1, 28, 28), 10), SGD, batch_size=8)
+    by_hand = 2 * 6 * 24 * 24 + 6 * 12 * 12 + 2 * 16 * 8 * 8 + 2 * 16 * 4 * 4 + 2 * 120
+    assert lenet.activation_floats((1, 28, 28)) == by_hand + 2 * 84 + 10
+    assert lenet.activation_floats((1, 28, 28)) == 10_754  # cached, and nothing left hooked
+    assert not any(m._forward_hooks for m in lenet._model.modules())
+
+
+def test_a_bad_vmap_chunk_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="training.vmap_chunk"):
+        parse_scenario(tiny_scenario(tmp_path, training={"vmap_chunk": 0}))
+    with pytest.raises(ValueError, match="vmap_chunk"):
+        Trainer(nn.Linear(2, 2), SGD, batch_size=4, vmap_chunk=0)
+    scenario = parse_scenario(tiny_scenario(tmp_path, training={"vmap_chunk": 4}))
+    assert build_trainers(scenario, build_dataset(scenario))[0].vmap_chunk == 4

@@ -4,6 +4,7 @@ as one after another in one process."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import pickle
 import signal
@@ -13,11 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from fedsim.cli import main
 from fedsim.config import ScenarioError, parse_scenario
-from fedsim.study import run_study
+from fedsim.learn.execution import CUBLAS_WORKSPACE_VARIABLE
+from fedsim.study import _start_worker, _work, plan, run_study
 from tests.conftest import ignores_signal, run_fedsim, start_python, tiny_scenario
 
 
@@ -230,3 +233,44 @@ def test_scenario_errors_cross_process_boundaries_whole():
     rebuilt from its message alone), which left `fedsim run --workers N` hanging."""
     error = pickle.loads(pickle.dumps(ScenarioError("training.device", ["training.device: no"])))
     assert (error.source, error.problems) == ("training.device", ["training.device: no"])
+
+
+# --- determinism switches: set in every process that trains, before it uses CUDA ---
+
+
+def determinism_switches() -> tuple:
+    """In the process that calls it: the cuBLAS workspace variable and torch's switches."""
+    return (
+        os.environ.get(CUBLAS_WORKSPACE_VARIABLE),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_a_worker_sets_the_determinism_switches_before_it_trains(
+    tmp_path, monkeypatch, deterministic
+):
+    """What a pool worker (and a Ray task, which runs the same ``_work``) has when it trains."""
+    monkeypatch.delenv(CUBLAS_WORKSPACE_VARIABLE, raising=False)  # the worker inherits none
+    data = tiny_scenario(tmp_path, training={"deterministic": deterministic}, run={"rounds": 1})
+    [job] = plan(parse_scenario(data))
+    with multiprocessing.get_context("spawn").Pool(1, _start_worker, (None,)) as pool:
+        assert pool.apply(determinism_switches)[0] is None
+        assert pool.apply(_work, (job.payload(),)) == job.label
+        switches = pool.apply(determinism_switches)
+    if deterministic:
+        assert switches == (":4096:8", True, True, False)
+    else:
+        assert switches == (None, False, False, True)
+
+
+def test_a_run_in_this_process_sets_the_switches_of_its_scenario(tmp_path, monkeypatch):
+    monkeypatch.delenv(CUBLAS_WORKSPACE_VARIABLE, raising=False)
+    for deterministic in (False, True):
+        data = tiny_scenario(tmp_path, training={"deterministic": deterministic})
+        run_study(parse_scenario({**data, "run": {"rounds": 1}}), show_progress=False)
+        switches = determinism_switches()
+        assert switches[1:] == (deterministic, deterministic, not deterministic)
+    assert os.environ[CUBLAS_WORKSPACE_VARIABLE] == ":4096:8"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictBool, model_validator
 
 from fedsim.config.base import (
     MAX_LR,
@@ -85,6 +85,20 @@ class TrainingConfig(_Strict):
     memory_format: Literal["auto", "contiguous", "channels_last"] = Field(
         default="auto",
         description="layout of convolution inputs; auto: channels_last only with bf16 (measured)",
+    )
+    deterministic: StrictBool = Field(
+        default=True,
+        description="deterministic algorithms (torch.use_deterministic_algorithms), no cuDNN "
+        "autotuning and CUBLAS_WORKSPACE_CONFIG=:4096:8 set before CUDA starts: the same "
+        "files run after run on a GPU too (no cost measured on a CPU); false trades that "
+        "for speed on a GPU",
+    )
+    vmap_chunk: Annotated[PositiveInt | Literal["auto"], NO_BOOL] = Field(
+        default="auto",
+        description="clients the vmap engine trains or evaluates at once: auto from the "
+        "model's size, the batch width and the device's free memory (at most "
+        "fedsim.learn.execution.MAX_VMAP_CHUNK), or a number; results equal within float "
+        "tolerance whatever the chunk",
     )
 
     @model_validator(mode="after")

@@ -1,4 +1,4 @@
-"""The clients' optimizers on one flat parameter vector (the trainer's layout), equal to
+"""The clients' optimizers on flat parameter vectors (the trainer's layout), equal to
 torch.optim's step for step, and the dynamic loss scaling of fp16 training."""
 
 from __future__ import annotations
@@ -27,59 +27,76 @@ class OptimizerSpec:
             raise ValueError(f"adam betas must be in [0, 1), got {self.betas}")
 
 
+Params = torch.Tensor | list[torch.Tensor]
+"""What an optimizer steps: one flat vector, or a list of tensors stepped as one (the vmap
+engine's per-layer stacks) with PyTorch's multi-tensor ``_foreach`` operations, one kernel
+launch per operation for all of them on a GPU (elementwise: the same numbers either way)."""
+
+
+def as_list(tensors: Params) -> list[torch.Tensor]:
+    return [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+
+
 class SGD:
-    """torch.optim.SGD (dampening 0, no Nesterov) on one flat tensor; fresh state per training."""
+    """torch.optim.SGD (dampening 0, no Nesterov) on flat tensors; fresh state per training."""
 
     def __init__(self, spec: OptimizerSpec) -> None:
         self.spec = spec
-        self.momentum_buffer: torch.Tensor | None = None
+        self.momentum_buffer: list[torch.Tensor] | None = None
 
-    def step(self, w: torch.Tensor, g: torch.Tensor) -> None:
+    def step(self, w: Params, g: Params) -> None:
         s = self.spec
+        w, g = as_list(w), as_list(g)
         if s.weight_decay:
-            g.add_(w, alpha=s.weight_decay)
+            torch._foreach_add_(g, w, alpha=s.weight_decay)
         if s.momentum:
             if self.momentum_buffer is None:
-                self.momentum_buffer = g.clone()
+                self.momentum_buffer = [t.clone() for t in g]
             else:
-                self.momentum_buffer.mul_(s.momentum).add_(g)
+                torch._foreach_mul_(self.momentum_buffer, s.momentum)
+                torch._foreach_add_(self.momentum_buffer, g)
             g = self.momentum_buffer
-        w.add_(g, alpha=-s.lr)
+        torch._foreach_add_(w, g, alpha=-s.lr)
 
     def keep_first(self, rows: int) -> None:
         """Keep the state of the first ``rows`` clients of a stacked (clients x params) run."""
         if self.momentum_buffer is not None:
-            self.momentum_buffer = self.momentum_buffer[:rows]
+            self.momentum_buffer = [t[:rows] for t in self.momentum_buffer]
 
 
 class Adam:
-    """torch.optim.Adam (L2 weight decay, no AMSGrad) on one flat tensor."""
+    """torch.optim.Adam (L2 weight decay, no AMSGrad) on flat tensors."""
 
-    def __init__(self, spec: OptimizerSpec, like: torch.Tensor) -> None:
+    def __init__(self, spec: OptimizerSpec, like: Params) -> None:
         self.spec = spec
         self.step_count = 0
-        self.exp_avg = torch.zeros_like(like)
-        self.exp_avg_sq = torch.zeros_like(like)
+        self.exp_avg = [torch.zeros_like(t) for t in as_list(like)]
+        self.exp_avg_sq = [torch.zeros_like(t) for t in as_list(like)]
 
-    def step(self, w: torch.Tensor, g: torch.Tensor) -> None:
+    def step(self, w: Params, g: Params) -> None:
         s = self.spec
+        w, g = as_list(w), as_list(g)
         beta1, beta2 = s.betas
         self.step_count += 1
         if s.weight_decay:
-            g.add_(w, alpha=s.weight_decay)
-        self.exp_avg.lerp_(g, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            torch._foreach_add_(g, w, alpha=s.weight_decay)
+        torch._foreach_lerp_(self.exp_avg, g, 1 - beta1)
+        torch._foreach_mul_(self.exp_avg_sq, beta2)
+        torch._foreach_addcmul_(self.exp_avg_sq, g, g, value=1 - beta2)
         step_size = s.lr / (1 - beta1**self.step_count)
-        denom = (self.exp_avg_sq.sqrt() / math.sqrt(1 - beta2**self.step_count)).add_(s.eps)
-        w.addcdiv_(self.exp_avg, denom, value=-step_size)
+        denom = torch._foreach_sqrt(self.exp_avg_sq)
+        torch._foreach_div_(denom, math.sqrt(1 - beta2**self.step_count))
+        torch._foreach_add_(denom, s.eps)
+        torch._foreach_addcdiv_(w, self.exp_avg, denom, value=-step_size)
 
     def keep_first(self, rows: int) -> None:
         """Keep the state of the first ``rows`` clients of a stacked (clients x params) run."""
-        self.exp_avg, self.exp_avg_sq = self.exp_avg[:rows], self.exp_avg_sq[:rows]
+        self.exp_avg = [t[:rows] for t in self.exp_avg]
+        self.exp_avg_sq = [t[:rows] for t in self.exp_avg_sq]
 
 
-def make_optimizer(spec: OptimizerSpec, like: torch.Tensor) -> SGD | Adam:
-    """A fresh optimizer on flat vectors shaped like ``like``; ``step(w, g)`` updates w in place.
+def make_optimizer(spec: OptimizerSpec, like: Params) -> SGD | Adam:
+    """A fresh optimizer on tensors shaped like ``like``; ``step(w, g)`` updates w in place.
 
     For algorithms that keep an optimizer across rounds (e.g. FedeRiCo's owner-side Adam).
     """

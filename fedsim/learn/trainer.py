@@ -29,6 +29,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from fedsim.learn.execution import (
+    ACTIVATION_COPIES,
     AUTOCAST_DTYPES,
     ENGINES,
     MEMORY_FORMATS,
@@ -37,8 +38,17 @@ from fedsim.learn.execution import (
     MemoryFormat,
     Precision,
     uses_channels_last,
+    vmap_chunk_size,
 )
-from fedsim.learn.optimizers import SGD, Adam, LossScaler, OptimizerSpec, make_optimizer
+from fedsim.learn.optimizers import (
+    SGD,
+    Adam,
+    LossScaler,
+    OptimizerSpec,
+    Params,
+    as_list,
+    make_optimizer,
+)
 
 _EVAL_BATCH = 1024
 _CPU = torch.device("cpu")
@@ -47,9 +57,9 @@ _CPU = torch.device("cpu")
 def _corrected_step(
     opt: SGD | Adam,
     spec: OptimizerSpec,
-    w: torch.Tensor,
-    g: torch.Tensor,
-    shift: torch.Tensor | None,
+    w: Params,
+    g: Params,
+    shift: Params | None,
 ) -> None:
     """One optimizer step of w on g, corrected by ``shift`` (SCAFFOLD's c - c_i): y <- y -
     lr (g + c - c_i). With plain SGD the correction joins the gradient, as the paper writes
@@ -60,10 +70,11 @@ def _corrected_step(
     if shift is None:
         opt.step(w, g)
     elif spec.name == "sgd" and not spec.momentum:
-        opt.step(w, g.add_(shift))
+        torch._foreach_add_(as_list(g), as_list(shift))
+        opt.step(w, g)
     else:
         opt.step(w, g)
-        w.sub_(shift, alpha=spec.lr)
+        torch._foreach_sub_(as_list(w), as_list(shift), alpha=spec.lr)
 
 
 @dataclass(frozen=True)
@@ -157,6 +168,7 @@ class Trainer:
         engine: Engine = "auto",
         precision: Precision = "fp32",
         memory_format: MemoryFormat = "auto",
+        vmap_chunk: int | Literal["auto"] = "auto",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -166,7 +178,13 @@ class Trainer:
             raise ValueError(f"unknown precision {precision!r}; choose one of: {PRECISIONS}")
         if memory_format not in MEMORY_FORMATS:
             raise ValueError(f"unknown memory format {memory_format!r}: {MEMORY_FORMATS}")
+        if vmap_chunk != "auto" and not (isinstance(vmap_chunk, int) and vmap_chunk >= 1):
+            raise ValueError(
+                f"vmap_chunk must be 'auto' or a whole number >= 1, got {vmap_chunk!r}"
+            )
         self.engine = engine
+        self.vmap_chunk = vmap_chunk
+        self._activation_floats: dict[tuple[int, ...], int] = {}
         self.optimizer = optimizer
         self.batch_size = batch_size
         self.device = torch.device(device)
@@ -387,14 +405,17 @@ class Trainer:
     ) -> Literal["loop", "vmap"]:
         """The engine that trains ``count`` clients: "auto" follows the measured policy.
 
-        vmap needs stateless, deterministic layers (no buffers, no dropout) and no
-        distillation; elsewhere every engine is the loop. "auto" takes vmap for two or more
-        clients on a GPU; on a CPU the loop was faster for every model family (module doc).
+        vmap needs stateless, deterministic layers (no buffers, no dropout), no distillation
+        and no fp16 (whose loss scaling skips steps per client: ``LossScaler``, in the loop);
+        elsewhere every engine is the loop. "auto" takes vmap for two or more clients on a GPU;
+        on a CPU the loop was faster for every model family (module doc).
         """
         engine = engine or self.engine
         if engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; choose one of: {', '.join(ENGINES)}")
         if engine == "loop" or distill is not None or not self._vmappable:
+            return "loop"
+        if self.precision == "fp16":
             return "loop"
         if engine == "vmap":
             return "vmap"
@@ -417,7 +438,7 @@ class Trainer:
 
     def _stacked(self, flats: list[torch.Tensor]) -> list[torch.Tensor]:
         """Flat vectors -> one (clients, *shape) tensor per parameter of the architecture."""
-        stack = torch.stack(flats).to(self.device, torch.float32)
+        stack = self._to_device(torch.stack(flats).float())
         return [
             part.reshape(len(flats), *shape).contiguous()
             for part, shape in zip(stack.split(self._sizes, dim=1), self._shapes, strict=True)
@@ -433,72 +454,143 @@ class Trainer:
         prox_mu: float,
         corrections: Sequence[torch.Tensor] | None,
     ) -> list[TrainResult]:
-        """All clients' steps in lockstep: one vmapped forward/backward and optimizer step.
+        """The clients in chunks of ``vmap_chunk`` (memory stays bounded whatever their
+        number), each chunk's steps in lockstep: one vmapped forward/backward and optimizer
+        step for all its clients.
 
-        Clients are sorted by step count, so those still training are a prefix of the stack.
+        Clients are sorted by step count, so those still training are a prefix of a chunk.
         Batches come from the same seeded permutations as ``train``; partial batches are
-        padded to a common width and masked out of the loss (weight 0). Parameters are kept
-        per layer, (clients, *shape), with an optimizer each (elementwise, so the same as one
-        on the flat vector): a flat stack would cost a concatenation of every gradient per step.
+        padded to a common width and masked out of the loss (weight 0).
         """
-        order = sorted(range(len(params)), key=lambda i: -step_counts[i])
-        plans, offsets, offset = [], [], 0
-        for i in order:
-            x, y = datasets[i]
+        plans = []
+        for (x, y), k, seed in zip(datasets, step_counts, seeds, strict=True):
             if len(x) != len(y):
                 raise ValueError(f"{len(x)} inputs but {len(y)} labels")
-            if step_counts[i] and not len(y):
+            if k and not len(y):
                 raise ValueError("cannot train on an empty dataset")
-            generator = torch.Generator().manual_seed(seeds[i])
-            plans.append(list(_batches(len(y), self.batch_size, step_counts[i], generator, _CPU)))
-            offsets.append(offset)
-            offset += len(y)
-        total_steps = step_counts[order[0]]
+            generator = torch.Generator().manual_seed(seed)
+            plans.append(list(_batches(len(y), self.batch_size, k, generator, _CPU)))
+        order = sorted(range(len(params)), key=lambda i: -step_counts[i])
         width = max((len(b) for plan in plans for b in plan), default=1)
-        index = torch.zeros(len(order), total_steps, width, dtype=torch.long)
-        weight = torch.zeros(len(order), total_steps, width)
-        for row, (plan, start) in enumerate(zip(plans, offsets, strict=True)):
+        extra = (centers is not None) + (corrections is not None)
+        chunk = self._chunk_size(len(order), self._training_floats(datasets[0][0], width, extra))
+        results: dict[int, TrainResult] = {}
+        for start in range(0, len(order), chunk):
+            rows = order[start : start + chunk]
+            trained, losses = self._train_chunk(
+                [params[i] for i in rows],
+                [datasets[i] for i in rows],
+                [plans[i] for i in rows],
+                None if centers is None else [centers[i] for i in rows],
+                prox_mu,
+                None if corrections is None else [corrections[i] for i in rows],
+            )
+            for i, flat, loss in zip(rows, trained, losses, strict=True):
+                k, n = step_counts[i], len(datasets[i][1])
+                mean_loss = loss / k if k else math.nan
+                samples = self.samples_processed(n, k) if k else 0
+                results[i] = TrainResult(flat, mean_loss, k, samples)
+        return [results[i] for i in range(len(params))]
+
+    def _train_chunk(
+        self,
+        params: list[torch.Tensor],
+        datasets: list[tuple[torch.Tensor, torch.Tensor]],
+        plans: list[list[torch.Tensor]],
+        centers: list[torch.Tensor] | None,
+        prox_mu: float,
+        corrections: list[torch.Tensor] | None,
+    ) -> tuple[list[torch.Tensor], list[float]]:
+        """One chunk's clients (longest training first) trained in lockstep; their new flat
+        parameters (on the CPU, one copy back for the chunk) and summed losses.
+
+        Parameters are kept per layer, (clients, *shape), with one optimizer over all layers
+        (elementwise, so the same as one on each flat vector): a flat stack would cost a
+        concatenation of every gradient per step."""
+        count, total_steps = len(plans), len(plans[0])
+        width = max((len(b) for plan in plans for b in plan), default=1)
+        index = torch.zeros(count, total_steps, width, dtype=torch.long)
+        weight = torch.zeros(count, total_steps, width)
+        offset = 0
+        for row, plan in enumerate(plans):
             if plan:
                 padded = nn.utils.rnn.pad_sequence(plan, batch_first=True)
-                index[row, : len(plan), : padded.shape[1]] = padded + start
+                index[row, : len(plan), : padded.shape[1]] = padded + offset
                 lengths = torch.tensor([len(b) for b in plan])
                 weight[row, : len(plan)] = (torch.arange(width) < lengths[:, None]).float()
-        x_all = torch.cat([datasets[i][0] for i in order]).to(self.device)
-        y_all = torch.cat([datasets[i][1] for i in order]).to(self.device)
-        index, weight = index.to(self.device), weight.to(self.device)
-        layers = self._stacked([params[i] for i in order])
-        center_layers = None if centers is None else self._stacked([centers[i] for i in order])
-        shift_layers = (
-            None if corrections is None else self._stacked([corrections[i] for i in order])
-        )
-        optimizers = [make_optimizer(self.optimizer, layer) for layer in layers]
-        loss_sum = torch.zeros(len(order), device=self.device)
-        active = len(order)
+            offset += len(datasets[row][1])
+        x_all = self._to_device(torch.cat([x for x, _ in datasets]))
+        y_all = self._to_device(torch.cat([y for _, y in datasets]))
+        index, weight = self._to_device(index), self._to_device(weight)
+        layers = self._stacked(params)
+        center_layers = None if centers is None else self._stacked(centers)
+        shift_layers = None if corrections is None else self._stacked(corrections)
+        optimizer = make_optimizer(self.optimizer, layers)
+        loss_sum = torch.zeros(count, device=self.device)
+        active = count
         for step in range(total_steps):
-            if step_counts[order[active - 1]] == step:  # the last clients are done
-                active = sum(1 for i in order if step_counts[i] > step)
-                for opt in optimizers:
-                    opt.keep_first(active)
-            ws = tuple(layer[:active] for layer in layers)
+            if len(plans[active - 1]) == step:  # the last clients are done
+                active = sum(1 for plan in plans if len(plan) > step)
+                optimizer.keep_first(active)
+            ws = [layer[:active] for layer in layers]  # views: the stacks are updated in place
             rows = index[:active, step]
             with self._mixed(), self._vmapped():
-                gs, loss = self._client_grads(ws, x_all[rows], y_all[rows], weight[:active, step])
+                gs, loss = self._client_grads(
+                    tuple(ws), x_all[rows], y_all[rows], weight[:active, step]
+                )
             with torch.no_grad():
-                for j, (w, g, opt) in enumerate(zip(ws, gs, optimizers, strict=True)):
-                    if center_layers is not None:
-                        g.add_(w, alpha=prox_mu).sub_(center_layers[j][:active], alpha=prox_mu)
-                    shift = None if shift_layers is None else shift_layers[j][:active]
-                    # w is a view: the stacked layer is updated in place
-                    _corrected_step(opt, self.optimizer, w, g, shift)
+                gs = list(gs)
+                if center_layers is not None:
+                    torch._foreach_add_(gs, ws, alpha=prox_mu)
+                    torch._foreach_sub_(gs, [c[:active] for c in center_layers], alpha=prox_mu)
+                shifts = None if shift_layers is None else [s[:active] for s in shift_layers]
+                _corrected_step(optimizer, self.optimizer, ws, gs, shifts)
             loss_sum[:active] += loss.detach()
-        trained = torch.cat([layer.reshape(len(order), -1) for layer in layers], dim=1)
-        results: dict[int, TrainResult] = {}
-        for row, (i, loss) in enumerate(zip(order, loss_sum.tolist(), strict=True)):
-            k, n = step_counts[i], len(datasets[i][1])
-            mean_loss = loss / k if k else math.nan
-            samples = self.samples_processed(n, k) if k else 0
-            results[i] = TrainResult(trained[row].to(_CPU, copy=True), mean_loss, k, samples)
-        return [results[i] for i in range(len(order))]
+        trained = torch.cat([layer.reshape(count, -1) for layer in layers], dim=1).to(_CPU)
+        return [flat.clone() for flat in trained], loss_sum.tolist()
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host tensor on the trainer's device: through pinned memory without waiting on a
+        GPU (the copy is ordered before the kernels that read it), as it is on a CPU."""
+        if self.device.type != "cuda":
+            return tensor.to(self.device)
+        return tensor.pin_memory().to(self.device, non_blocking=True)
+
+    def _chunk_size(self, clients: int, floats_per_client: int) -> int:
+        return vmap_chunk_size(self.vmap_chunk, clients, floats_per_client, self.device)
+
+    def _training_floats(self, x: torch.Tensor, width: int, extra_states: int) -> int:
+        """Float32s a vmapped training step holds per client: parameters, gradients, optimizer
+        state and ``extra_states`` more parameter-shaped tensors (prox centers, corrections),
+        the batch, and ``ACTIVATION_COPIES`` of every layer's output for the batch."""
+        optimizer_states = {"sgd": int(self.optimizer.momentum > 0), "adam": 2}
+        states = 2 + optimizer_states[self.optimizer.name] + extra_states
+        sample = x[0].numel() if len(x) else 1
+        activations = ACTIVATION_COPIES * self.activation_floats(tuple(x.shape[1:]))
+        return self.num_params * states + width * (sample + activations)
+
+    def activation_floats(self, sample_shape: tuple[int, ...]) -> int:
+        """Floats of every layer's output for one sample of ``sample_shape``: the model run
+        once on the meta device (shapes only, no arithmetic), cached per shape."""
+        if sample_shape not in self._activation_floats:
+            leaves = [m for m in self._model.modules() if not any(m.children())]
+            outputs: list[int] = []
+            hooks = [m.register_forward_hook(lambda m, a, out: outputs.append(out.numel()))
+                     for m in leaves]  # fmt: skip
+            meta = {
+                name: torch.empty(shape, device="meta")
+                for name, shape in zip(self._names, self._shapes, strict=True)
+            }
+            try:
+                with torch.no_grad():
+                    functional_call(
+                        self._model, meta, (torch.empty(1, *sample_shape, device="meta"),)
+                    )
+            finally:
+                for hook in hooks:
+                    hook.remove()
+            self._activation_floats[sample_shape] = sum(outputs)
+        return self._activation_floats[sample_shape]
 
     def evaluate(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> EvalResult:
         """Accuracy and summed cross-entropy of ``params`` on one dataset."""
@@ -548,18 +640,33 @@ class Trainer:
     ) -> list[EvalResult]:
         """Each client's own model on its own test set: ``[evaluate(p, x, y) for ...]``.
 
-        With vmap, all models run at once on the test sets padded to a common length.
+        With vmap, the models run a chunk at once (``vmap_chunk``) on the chunk's test sets
+        padded to a common length.
         """
         if not len(params) == len(xs) == len(ys):
             raise ValueError(f"{len(params)} models, {len(xs)} input sets, {len(ys)} label sets")
         if self.engine_for(len(params), engine) == "loop":
             return [self.evaluate(p, x, y) for p, x, y in zip(params, xs, ys, strict=True)]
-        sizes = torch.tensor([len(y) for y in ys])
-        if any(len(x) != s for x, s in zip(xs, sizes.tolist(), strict=True)):
+        if any(len(x) != len(y) for x, y in zip(xs, ys, strict=True)):
             raise ValueError("every input set needs one label per sample")
-        layers = self._stacked(list(params))
-        x_pad = nn.utils.rnn.pad_sequence(list(xs), batch_first=True).to(self.device)
-        y_pad = nn.utils.rnn.pad_sequence(list(ys), batch_first=True).to(self.device)
+        longest = max(len(y) for y in ys)
+        sample = xs[0][0].numel() if longest else 1
+        activations = self.activation_floats(tuple(xs[0].shape[1:])) * min(longest, _EVAL_BATCH)
+        chunk = self._chunk_size(len(params), self.num_params + longest * sample + activations)
+        results: list[EvalResult] = []
+        for start in range(0, len(params), chunk):
+            end = start + chunk
+            results += self._evaluate_chunk(list(params[start:end]), xs[start:end], ys[start:end])
+        return results
+
+    def _evaluate_chunk(
+        self, params: list[torch.Tensor], xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]
+    ) -> list[EvalResult]:
+        """A chunk's models at once on their test sets padded to a common length."""
+        sizes = torch.tensor([len(y) for y in ys])
+        layers = self._stacked(params)
+        x_pad = self._to_device(nn.utils.rnn.pad_sequence(list(xs), batch_first=True))
+        y_pad = self._to_device(nn.utils.rnn.pad_sequence(list(ys), batch_first=True))
         valid = (torch.arange(x_pad.shape[1]) < sizes[:, None]).to(self.device)
         loss_sum = torch.zeros(len(params), dtype=torch.float64, device=self.device)
         correct = torch.zeros(len(params), dtype=torch.long, device=self.device)

@@ -1,0 +1,146 @@
+"""The many-clients engine on its device: client-samples per second, memory and share of peak.
+
+For every model x batch x client count x precision, ``Trainer.train_many`` trains that many
+clients for a few steps with each engine (``loop``: one client after the other; ``vmap``: the
+clients stacked, in chunks of ``training.vmap_chunk``), from seeded random data of the model's
+input shape (MNIST's 1x28x28; 3x32x32 for VGG). Reported per row:
+
+- ``client_samples_per_s``: clients x steps x batch over the best of ``--repeats`` timed calls
+  (on a GPU, timed to the end of its kernels: the results come back to the host);
+- ``peak_mb``: the device's peak allocated memory during the calls (CUDA only: a CPU's peak
+  cannot be reset within a process), beside ``estimate_mb``, what the vmap engine plans for
+  one chunk (``Trainer._training_floats``: the basis of ``vmap_chunk: auto``) times the chunk;
+- ``chunk``: the clients the vmap engine stacked at once;
+- ``vmap_over_loop``: the vmap row's rate over the loop's;
+- ``share_of_peak``: the FLOPs of the training (``FlopCounterMode`` on one client's step, x
+  clients x steps) per second over the matmul peak of the same dtype on the same device.
+
+    python -m benchmarks.gpu [--device cuda] [--models mlp lenet5 cnn vgg11]
+        [--batch-sizes 10 32] [--clients 10 100 1000] [--precisions fp32 bf16] [--steps 5]
+
+On a CPU it runs at whatever sizes it is given (the suite runs it tiny, ``--quick`` in
+``run_all``): the figures that matter are the GPU's (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+import torch
+
+from benchmarks._common import base_parser, set_threads, table, timed, write_results
+from benchmarks.precision import matmul_peak
+from benchmarks.training_throughput import step_flops
+from fedsim.learn.models import build_model
+from fedsim.learn.optimizers import OptimizerSpec
+from fedsim.learn.trainer import Trainer
+
+NUM_CLASSES = 10
+OPTIMIZER = OptimizerSpec("sgd", lr=0.05, momentum=0.9)
+ENGINES = ("loop", "vmap")
+
+
+def input_shape(model: str) -> tuple[int, int, int]:
+    return (3, 32, 32) if model.startswith("vgg") else (1, 28, 28)
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    return torch.cuda.synchronize if device == "cuda" else lambda: None
+
+
+def measure(
+    model: str, batch: int, clients: int, precision: str, steps: int, repeats: int, device: str
+) -> list[dict]:
+    """One row per engine for ``clients`` clients of ``model`` at ``batch`` in ``precision``."""
+    shape = input_shape(model)
+    trainer = Trainer(
+        build_model(model, shape, NUM_CLASSES), OPTIMIZER, batch, device=device,
+        precision=precision,
+    )  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    data = [
+        (torch.randn(steps * batch, *shape, generator=generator),
+         torch.randint(NUM_CLASSES, (steps * batch,), generator=generator))
+        for _ in range(clients)
+    ]  # fmt: skip
+    starts = [trainer.init_params(0)] * clients
+    flops = step_flops(trainer, *data[0])
+    synchronize = synchronizer(device)
+    base = {"model": model, "batch": batch, "clients": clients, "precision": precision,
+            "params": trainer.num_params}  # fmt: skip
+    rows = []
+    for engine in ENGINES:
+
+        def train(engine: str = engine) -> None:
+            trainer.train_many(starts, data, steps=steps, seeds=list(range(clients)),
+                               engine=engine)  # fmt: skip
+            synchronize()
+
+        row = {**base, "engine": engine}
+        try:
+            train()  # warm-up: allocations, kernels chosen, vmap's first trace
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            best_s = timed(train, repeats)["best_s"]
+        except (RuntimeError, ValueError) as error:  # e.g. out of memory
+            rows.append({**row, "error": f"{type(error).__name__}: {error}"[:200]})
+            continue
+        if device == "cuda":
+            row["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        row["client_samples_per_s"] = clients * steps * batch / best_s
+        row["gflops"] = flops * clients * steps / best_s / 1e9
+        if engine == "vmap":
+            floats = trainer._training_floats(data[0][0], batch, extra_states=0)
+            row["chunk"] = trainer._chunk_size(clients, floats)
+            row["estimate_mb"] = row["chunk"] * floats * 4 / 2**20
+        rows.append(row)
+    loop, vmap = rows
+    if "client_samples_per_s" in loop and "client_samples_per_s" in vmap:
+        vmap["vmap_over_loop"] = vmap["client_samples_per_s"] / loop["client_samples_per_s"]
+    return rows
+
+
+COLUMNS = ("model", "batch", "clients", "precision", "engine", "chunk", "client_samples_per_s",
+           "vmap_over_loop", "gflops", "share_of_peak", "peak_mb", "estimate_mb")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                        help="default: cuda where there is one")  # fmt: skip
+    parser.add_argument("--models", nargs="+", default=["mlp", "lenet5", "cnn", "vgg11"])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[10, 32])
+    parser.add_argument("--clients", nargs="+", type=int, default=[10, 100, 1000])
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "fp16"],
+                        default=["fp32", "bf16"])  # fmt: skip
+    parser.add_argument("--steps", type=int, default=5, help="steps per client per call")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--matmul-size", type=int, default=4096)
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    peaks = {p: matmul_peak(p, args.matmul_size, args.repeats, device) for p in args.precisions}
+    rows = []
+    for model in args.models:
+        for batch in args.batch_sizes:
+            for clients in args.clients:
+                for precision in args.precisions:
+                    for row in measure(model, batch, clients, precision, args.steps,
+                                       args.repeats, device):  # fmt: skip
+                        if "gflops" in row:
+                            row["share_of_peak"] = row["gflops"] / peaks[precision]
+                        rows.append(row)
+                        print(table([row], COLUMNS).splitlines()[-1], flush=True)
+    gpu = torch.cuda.get_device_name() if device == "cuda" else None
+    results = {"device": device, "gpu": gpu, "cuda": torch.version.cuda,
+               "matmul_peak_gflops": peaks, "rows": rows}  # fmt: skip
+    path = write_results("gpu", results, args.out)
+    print(", ".join(f"{p} matmul peak {g:,.0f} GFLOP/s on {device}" for p, g in peaks.items()))
+    print(table(rows, COLUMNS))
+    print(f"written: {path}")
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,144 @@
+"""The GPU path (marker ``cuda``: skipped where torch sees no CUDA device, as in CI): the
+engines agree, chunks change nothing, every precision trains, client state stays on the host,
+and a run on the GPU gives the same files twice (``training.deterministic``, the default)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from fedsim.learn.models import build_model
+from fedsim.learn.optimizers import OptimizerSpec
+from fedsim.learn.trainer import Trainer
+from tests.conftest import run_fedsim, tiny_scenario
+from tests.test_fedavg_world import make_world, run_world
+
+pytestmark = pytest.mark.cuda
+
+DEVICE = "cuda"
+SHAPE = (1, 28, 28)
+MOMENTUM = OptimizerSpec("sgd", lr=0.05, momentum=0.9)
+
+
+def gpu_trainer(name: str, **options: object) -> Trainer:
+    torch.manual_seed(0)
+    model = build_model(name, SHAPE, 10, hidden_sizes=(64, 32))
+    return Trainer(model, MOMENTUM, batch_size=10, device=DEVICE, **options)
+
+
+def client_data(count: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    sizes = [13 + 7 * (c % 5) for c in range(count)]  # partial batches, unequal step counts
+    return [(torch.randn(n, *SHAPE, generator=g), torch.randint(0, 10, (n,), generator=g))
+            for n in sizes]  # fmt: skip
+
+
+def assert_close(a: list, b: list, rel: float) -> None:
+    for x, y in zip(a, b, strict=True):
+        assert (x.steps, x.samples) == (y.steps, y.samples)
+        assert x.params.device.type == y.params.device.type == "cpu"  # results on the host
+        assert (x.params - y.params).norm() <= rel * x.params.norm()
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet5", "cnn"])
+def test_vmap_equals_loop_on_the_gpu(name: str) -> None:
+    trainer = gpu_trainer(name)
+    data = client_data(6)
+    params = [trainer.init_params(c) for c in range(6)]
+    loop = trainer.train_many(params, data, epochs=1, seeds=range(6), engine="loop")
+    vmap = trainer.train_many(params, data, epochs=1, seeds=range(6), engine="vmap")
+    assert_close(loop, vmap, 1e-4)
+
+
+def test_chunked_vmap_equals_one_stack_on_the_gpu() -> None:
+    whole, chunked = gpu_trainer("cnn", vmap_chunk=9), gpu_trainer("cnn", vmap_chunk=4)
+    data = client_data(9, seed=1)
+    params = [whole.init_params(c) for c in range(9)]
+    one = whole.train_many(params, data, epochs=1, seeds=range(9), engine="vmap")
+    three = chunked.train_many(params, data, epochs=1, seeds=range(9), engine="vmap")
+    assert_close(one, three, 1e-5)
+    xs, ys = [x for x, _ in data], [y for _, y in data]
+    evaluated = [whole.evaluate_each(params, xs, ys, engine="vmap"),
+                 chunked.evaluate_each(params, xs, ys, engine="vmap")]  # fmt: skip
+    assert [r.total for r in evaluated[0]] == [r.total for r in evaluated[1]]
+    for a, b in zip(*evaluated, strict=True):
+        assert abs(a.correct - b.correct) <= 1 and a.loss_sum == pytest.approx(b.loss_sum, 1e-4)
+
+
+def test_evaluation_on_the_gpu_equals_the_cpus() -> None:
+    gpu = gpu_trainer("cnn")
+    torch.manual_seed(0)
+    cpu = Trainer(build_model("cnn", SHAPE, 10), MOMENTUM, batch_size=10)
+    data = client_data(5, seed=2)
+    params = [cpu.init_params(c) for c in range(5)]
+    xs, ys = [x for x, _ in data], [y for _, y in data]
+    on_cpu = cpu.evaluate_each(params, xs, ys, engine="loop")
+    for engine in ("loop", "vmap"):
+        for a, b in zip(on_cpu, gpu.evaluate_each(params, xs, ys, engine=engine), strict=True):
+            assert a.total == b.total and abs(a.correct - b.correct) <= 1
+            assert b.loss_sum == pytest.approx(a.loss_sum, rel=1e-3)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_every_precision_trains_on_the_gpu(precision: str) -> None:
+    """The loss falls from the first epoch to the third on a learnable task, with each engine
+    the precision runs on (fp16: the loop, with its loss scaler), and the parameters stay
+    near fp32's (another rounding, not another training)."""
+    trainer, reference = gpu_trainer("lenet5", precision=precision), gpu_trainer("lenet5")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(200, *SHAPE, generator=g)
+    y = x.flatten(1)[:, :10].argmax(dim=1)  # a function of the input: learnable
+    start = trainer.init_params(0)
+    engines = ("loop",) if precision == "fp16" else ("loop", "vmap")
+    assert trainer.engine_for(2, "vmap") == engines[-1]
+    for engine in engines:
+
+        def epochs(params: torch.Tensor, count: int, by: Trainer = trainer, engine=engine):
+            return by.train_many([params], [(x, y)], epochs=count, seeds=[0], engine=engine)[0]
+
+        first = epochs(start, 1)
+        third = epochs(epochs(first.params, 1).params, 1)
+        assert first.steps == third.steps == 20 and third.mean_loss < first.mean_loss
+        assert torch.isfinite(third.params).all()
+        fp32 = epochs(start, 3, reference)
+        mixed = epochs(start, 3)
+        assert (mixed.params - fp32.params).norm() <= 0.2 * (fp32.params - start).norm()
+
+
+@pytest.mark.parametrize("algorithm", ["scaffold", "ditto"])
+def test_client_state_stays_on_the_host(tmp_path: Path, algorithm: str) -> None:
+    """SCAFFOLD's control variates and Ditto's personal models are per client: after a run on
+    the GPU, the device holds the trainer's buffers, not a model per client."""
+    data = tiny_scenario(
+        tmp_path, clients={"count": 16}, dataset={"num_samples": 1600},
+        training={"device": DEVICE}, algorithms=[{"name": algorithm}], run={"rounds": 2},
+    )  # fmt: skip
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    world = make_world(data, tmp_path)
+    rows = run_world(world)
+    assert rows[-1]["participants"] == 16 and math.isfinite(rows[-1]["train_loss"])
+    model_bytes = 4 * world.trainer.num_params
+    assert torch.cuda.memory_allocated() - before <= 6 * model_bytes  # 16 clients' state: not
+
+
+def test_a_run_on_the_gpu_writes_the_same_files_twice(tmp_path: Path) -> None:
+    data = tiny_scenario(
+        tmp_path, model={"name": "lenet5"}, training={"device": DEVICE, "engine": "vmap"},
+        run={"rounds": 4},
+    )  # fmt: skip
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    folders = []
+    for attempt in ("a", "b"):
+        done = run_fedsim("run", str(path), "--quiet", "--output", str(tmp_path / attempt))
+        assert done.returncode == 0, done.stderr
+        folders.append(tmp_path / attempt / "tiny" / "fedavg")
+    names = sorted(p.name for p in folders[0].iterdir() if p.suffix in (".csv", ".json"))
+    assert "metrics.csv" in names
+    for name in names:
+        assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
