@@ -12,12 +12,17 @@ server update is one "round": ``end_round`` after each, so run.rounds counts upd
 
 Choices where the papers are silent:
 - The server learns of a lost client only through ``task_timeout_s`` after dispatch; it
-  then cancels the task and re-uses the slot (the client may be drawn again). A timeout
-  shorter than the fastest task any client can do (its model down and up alone at the
-  fastest rate, its shortest training) would make every task time out: the run refuses it
-  at its start; and ``STALLED_TASKS_PER_SLOT`` x ``max_concurrency`` timeouts in a row
-  without a single update stop the run (the timeout is too short for this network), rather
-  than re-dispatching forever.
+  then cancels the task and re-uses the slot (the client may be drawn again). A task the
+  radio loses (the base station could not deliver the model or decode the update, and knows
+  it) frees its slot at once. A timeout shorter than the fastest task any client can do (its
+  model down and up alone at the fastest rate, its shortest training) would make every task
+  time out: the run refuses it at its start; and ``STALLED_TASKS_PER_SLOT`` x
+  ``max_concurrency`` timeouts without a single update stop the run (the timeout is too
+  short for this network), rather than re-dispatching forever.
+- A radio that lets nothing through brings no update, hence no round to record (a round is
+  a server update). The server goes on dispatching: a time budget ends the run (exit 0, no
+  round), or the radio recovers. With run.rounds alone nothing else would end it, so as many
+  tasks lost on the radio without an update stop it (exit 2, a message naming system.radio).
 - A freed slot is re-filled after the updates that arrived at the same instant are
   applied, so the client gets the newest model.
 - Newcomers become available for dispatch when they join; a client that leaves keeps its
@@ -106,7 +111,8 @@ def async_server(
     if config.task_timeout_s is not None:
         refuse_unbeatable(world, "task_timeout_s", config.task_timeout_s)
     version = 0
-    timeouts_in_a_row = 0
+    stalled = STALLED_TASKS_PER_SLOT * config.max_concurrency  # tasks without an update: stop
+    timeouts_in_a_row = lost_in_a_row = 0  # since the last update
     busy: dict[int, _Dispatch] = {}  # as the server sees it: dispatched, not yet settled
     settled: list[_Dispatch] = []  # delivered or timed out, in the order the server learns it
     wake = env.event()
@@ -160,21 +166,28 @@ def async_server(
                 yield env.any_of(waiting)
                 continue
             dispatch = settled.pop(0)
-            if not dispatch.task.delivered.triggered:  # timed out (or lost): give up on it
+            if not dispatch.task.delivered.triggered:  # timed out or lost: give up on it
                 world.cancel(dispatch.task)
+                if dispatch.task.failed:  # the radio lost it, and the base station knows
+                    lost_in_a_row += 1
+                    if lost_in_a_row == stalled and world.scenario.run.time_budget_s is None:
+                        raise ScenarioError(
+                            config.run_label, [nothing_gets_through(world, stalled)]
+                        )
+                    continue
                 timeouts_in_a_row += 1
-                if timeouts_in_a_row == STALLED_TASKS_PER_SLOT * config.max_concurrency:
+                if timeouts_in_a_row == stalled:
+                    lost = f" ({lost_in_a_row:,} more lost on the radio)" if lost_in_a_row else ""
                     raise ScenarioError(
                         config.run_label,
                         [
-                            f"{world.setting('task_timeout_s')}: the last {timeouts_in_a_row:,} "
-                            f"tasks all timed out ({config.task_timeout_s:g} s after dispatch) "
-                            f"or were lost by t = {env.now:g} s, not one update arrived: raise "
-                            "the timeout"
+                            f"{world.setting('task_timeout_s')}: the last {stalled:,} tasks all "
+                            f"timed out ({config.task_timeout_s:g} s after dispatch) by "
+                            f"t = {env.now:g} s{lost}, not one update arrived: raise the timeout"
                         ],
                     )
                 continue
-            timeouts_in_a_row = 0
+            timeouts_in_a_row = lost_in_a_row = 0
             tensor = dispatch.task.delivered.value
             tau = version - dispatch.version
             if config.max_staleness is not None and tau > config.max_staleness:
@@ -194,6 +207,17 @@ def async_server(
             staleness=np.array(staleness),
             clients=np.array(senders),
         )
+
+
+def nothing_gets_through(world: World, lost: int) -> str:
+    """Why a run with only a round count stops when the radio loses every task."""
+    return (
+        f"system.radio: by t = {world.env.now:g} s the radio had lost {lost:,} tasks since the "
+        "last update (their model not delivered, or their update not decoded), and only "
+        "run.rounds would end this run: no client gets through to the base station (check the "
+        "transmit powers, the distances and the link), or set run.time_budget_s to keep "
+        "trying until then"
+    )
 
 
 def refuse_unbeatable(world: World, name: str, limit_s: float) -> None:

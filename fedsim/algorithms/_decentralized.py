@@ -5,6 +5,12 @@ its part of the round as a task; the round closes when every part is done or at 
 deadline (``deadline_s``), and peer messages still on the air then are lost (their bytes
 count as wasted). Nobody is told that a peer went offline: a missing message is noticed
 only because it has not arrived when it is needed.
+
+A round in which no message arrives (a radio that lets nothing through) is recorded like any
+other: each algorithm's clients go on with what they hold, and its participants are the
+clients whose part of the round finished. Without a deadline, a part waiting for a message
+lost on the way (nobody is told of it) would hold the round for ever: when nothing else is
+left to happen the World stops the run, naming ``deadline_s`` (``World.run``).
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ def fedavg_server(
     evaluated: Callable[[int, torch.Tensor], Models] = lambda round_index, params: params,
 ) -> Generator[simpy.Event, object, None]:
     """FedAvg's rounds: broadcast the global model, run ``client_update`` on the selected
-    clients, average the kept updates (``TrainResult``) by sample count.
+    clients, average the kept updates (``TrainResult``) by sample count. A round that kept
+    none (nothing got through) leaves the global model as it was, with participants = 0.
 
     ``evaluated(round, global model)`` gives what the clients use at evaluation time.
     """

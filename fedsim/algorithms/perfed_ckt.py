@@ -12,7 +12,10 @@ The "logits" are softmax outputs (the paper defines them on the simplex), no tem
 
 Choices where the paper is silent (spec §7.2): an explicit bootstrap round -1 in which
 m clients upload the outputs of their fresh models; c_eff = min(c, uploads received);
-with none received the last centroids are reused; a client keeps its trained model even
+with none received the last centroids are reused, and a bootstrap that received none (a
+radio that lets nothing through) leaves the spec's other start, c = 1 with the uniform
+target 1/N, until outputs arrive (every round's uploads are the next round's clustering
+input, so nothing needs repeating); a client keeps its trained model even
 if its upload is lost; the public set is held-out images of the same dataset's official
 test split (CIFAR-100 is not available offline; see ``World.public_inputs``); computing
 the outputs on P is part of the client's round time (not a separate compute draw).

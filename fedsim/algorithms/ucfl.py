@@ -34,6 +34,10 @@ is exact.
 
 Choices where the paper is silent (documented parameters or here): the setup round takes
 the time of one local epoch of gradient work plus its transfers and is part of the clock;
+a setup in which no statistics arrive (a radio that lets nothing through, a deadline that
+nobody meets) gives no W to compute, so it is repeated, each attempt a round of its own
+(evaluated on theta0, its participants the statistics that arrived), until some arrive;
+the training rounds follow (a run whose rounds end first keeps theta0);
 n_i travels with sigma_i^2 (one float per K computed, plus one); clients without a row of W
 (they missed the setup or joined later) follow the largest stream and their uploads carry no
 weight; with ``bandwidth: symmetric`` the authors' code's 2 sqrt(sigma_i^2 sigma_j^2) replaces
@@ -80,13 +84,14 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
     theta0 = world.initial_params()
 
     # --- setup round: statistics at theta0, collaboration weights, streams ---
-    everyone = world.client_ids
-    arrivals, (theta0_received,) = world.send_down(everyone, theta0)
-    tasks = {
-        c: world.start_task(c, report_statistics(world, c, theta0_received, arrivals[c], config))
-        for c in everyone
-    }
-    reports = yield from world.gather(tasks, deadline_s=config.deadline_s)
+    reports = yield from gather_statistics(world, theta0, config)
+    rounds = world.rounds()
+    while not reports:  # nothing arrived: the setup is repeated, as a round of its own
+        round_index = next(rounds, None)
+        if round_index is None:
+            return  # the run's rounds are over before any statistics arrived
+        reports = yield from gather_statistics(world, theta0, config)
+        world.end_round(round_index, theta0, participants=len(reports))
     reporters = sorted(reports)
     counts = variance_batch_counts(config)
     gradients = torch.stack([reports[c][0] for c in reporters])
@@ -123,7 +128,7 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
     )
 
     # --- training rounds: k group-casts down, m models up, centroid-weighted aggregation ---
-    for round_index in world.rounds():
+    for round_index in rounds:
         selected = yield from world.select_clients(
             config.client_fraction, config.over_selection, config.selection
         )
@@ -157,6 +162,20 @@ def run(world: World, config: UcflConfig) -> Generator[simpy.Event, object, None
                 streams[n] = total.result()
         models = {c: streams[stream_of.get(c, largest)] for c in world.present}
         world.end_round(round_index, models, participants=len(kept))
+
+
+def gather_statistics(
+    world: World, theta0: torch.Tensor, config: UcflConfig
+) -> Generator[simpy.Event, object, dict[int, tuple[torch.Tensor, np.ndarray, int]]]:
+    """Process body of the setup: broadcast theta0 to every present client, gather their
+    statistics under the round's deadline; client -> (g_i, sigma_i^2 per K, n_i)."""
+    everyone = world.client_ids
+    arrivals, (theta0_received,) = world.send_down(everyone, theta0)
+    tasks = {
+        c: world.start_task(c, report_statistics(world, c, theta0_received, arrivals[c], config))
+        for c in everyone
+    }
+    return (yield from world.gather(tasks, deadline_s=config.deadline_s))
 
 
 def barrier_update(

@@ -4,6 +4,7 @@ Evaluation is a measurement: it takes no simulated time."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 
 import simpy
@@ -51,12 +52,17 @@ class Evaluation:
         self._last_evaluated_s: float | None = None
 
     def every_s(self, env: simpy.Environment) -> Generator[simpy.Event, None, None]:
-        """Process body: measure what the clients use every ``evaluation.every_s``."""
+        """Process body: measure what the clients use every ``evaluation.every_s``, while
+        anything else may still happen: alone on the clock it would tick for ever, measuring
+        what can no longer change (a run whose every client left, or that waits for messages
+        lost on the way, ``World.run``)."""
         while True:
             yield env.timeout(self.config.every_s)
             if self.models is not None:
                 self._unevaluated = (self.rounds_completed, env.now, self.models)
                 self.evaluate_pending()
+            if env.peek() == math.inf:  # nothing else is scheduled, nor ever will be
+                return
 
     def round_ended(
         self, round_index: int, time_s: float, params: Models, participants: int

@@ -214,6 +214,10 @@ class Tasks:
             value = task.on_delivery(task.client, value)
         task.delivered.succeed(value)
 
+    def busy_clients(self) -> list[int]:
+        """Clients with work under way (waiting included), ascending."""
+        return sorted(self._running)
+
     def interrupt_client(self, client: int, cause: str) -> None:
         """The client's work is lost (it went offline or left)."""
         for task in list(self._running.get(client, ())):

@@ -187,7 +187,8 @@ class World:
         """Run the algorithm's process to its end or to the scenario's time budget.
 
         A loop of the model that spins without advancing the clock stops the run with a
-        ScenarioError; ``max_events`` (for tests) bounds the events processed in all.
+        ScenarioError, and so does a wait nothing will end (``_deadlock``); ``max_events``
+        (for tests) bounds the events processed in all.
         """
         done = self.env.process(algorithm_process)
         budget_s = self.scenario.run.time_budget_s
@@ -201,6 +202,28 @@ class World:
         except RuntimeError as error:  # nothing left to happen (e.g. every client left)
             if "No scheduled events left" not in str(error):
                 raise
+            waiting = [client for client in self.tasks.busy_clients() if self.is_online(client)]
+            if waiting:  # not the end of the run: a wait that nothing will ever end
+                raise self._deadlock(waiting) from None
+
+    def _deadlock(self, waiting: list[int]) -> ScenarioError:
+        """Nothing is left to happen, yet online clients' work waits: for a message lost on
+        the way that nobody was told of (a peer learns of a lost D2D message only by a
+        deadline; a model given up on without the base station knowing). Only the
+        algorithm's deadline (an asynchronous server's task timeout) ends such a wait."""
+        option = "task_timeout_s" if hasattr(self.algorithm, "task_timeout_s") else "deadline_s"
+        index = self.round_index
+        where = "before the first round" if index is None else f"in round {index}"
+        shown = ", ".join(map(str, waiting[:5])) + (", ..." if len(waiting) > 5 else "")
+        return ScenarioError(
+            self.algorithm.run_label,
+            [
+                f"{self.setting(option)}: at t = {self.env.now:g} s, {where}, the work of "
+                f"client(s) {shown} waits for messages lost on the way, of which nobody is "
+                "told, and nothing else is left to happen: without it the round waits for "
+                "ever; set it, so that a round closes without what did not arrive"
+            ],
+        )
 
     def setting(self, name: str) -> str:
         """The field path of this run's algorithm option ``name``, for error messages."""
