@@ -30,24 +30,46 @@ cellular model's cost beside the single equal-split cell) of events/s, of events
 simulated second and of wall time per simulated round. With the radio, events/s says
 little: most of the time goes to re-planning uploads, within few events.
 
+Then what the radio's caches save (issue 38): ``scenarios/multicell.yaml``'s world (70
+walking clients on 7 TR 38.901 UMa cells, a proportional-fair scheduler with open-loop power
+control, harq, other cells' uploads as interference), its first run (FedAvg waiting for all)
+timing-only for ``--cellular-rounds`` rounds, with the scheduling period of the file (the
+fading block, 0.1 s) and of 1 ms, each with the caches (``Radio(cache_channel=True)``: the
+large-scale loss and power per client until it moves, a link's rate per band share until its
+channel changes) and without them (the same code recomputing them at every query, as before
+the caches), alternating; each pair must give identical results. Counted in every run (a
+counter around the call, in both variants): large-scale loss computations and scheduler
+allocations (one per scheduling period of a cell with uploads, and per upload that starts or
+ends).
+
     python -m benchmarks.radio_throughput [--clients 10000] [--rounds 2] [--repeats 3]
+        [--cellular-rounds 1]
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from functools import partial, wraps
 from unittest import mock
 
 import simpy
 
 from benchmarks._common import base_parser, set_threads, table, write_results
-from benchmarks.event_throughput import CountingEnvironment, churn_scenario, timing_only_run
-from fedsim.config import Scenario, parse_scenario
+from benchmarks.event_throughput import (
+    REPO,
+    CountingEnvironment,
+    churn_scenario,
+    timing_only_run,
+)
+from fedsim.config import Scenario, load_scenario, parse_scenario
 from fedsim.runner import build_dataset, build_trainers
 from fedsim.sim.medium import ChannelFlow, ChannelMedium
+from fedsim.sim.radio import Radio
+from fedsim.sim.scheduler import ProportionalFair
+from fedsim.world import network as world_network
 
 RADIO = {
     "cell_radius_m": 500,
@@ -112,6 +134,112 @@ def counting_radio_work() -> Iterator[dict]:
         mock.patch.object(ChannelMedium, "_replan", counted_replan),
     ):
         yield counts
+
+
+MULTICELL = REPO / "scenarios" / "multicell.yaml"
+CELLULAR_PERIODS_S = {"multicell": None, "multicell_1ms": 0.001}  # None: the file's (0.1 s)
+
+
+def multicell_scenario(rounds: int, dataset: str, period_s: float | None) -> Scenario:
+    """multicell.yaml without its sweep (other cells' uploads as interference, as its file
+    says) for ``rounds`` rounds; another dataset than its own only changes the model's input
+    (synthetic holds at most 6,000 samples: 80 per client)."""
+    overrides = [f"run.rounds={rounds}", "sweep={}"]
+    if period_s is not None:
+        overrides.append(f"system.radio.uplink_sharing.period_s={period_s}")
+    if dataset != "fashion_mnist":
+        overrides += [f"dataset.name={dataset}", "dataset.num_samples=5600"]
+    return load_scenario(MULTICELL, overrides)
+
+
+@contextmanager
+def radio_caches(on: bool) -> Iterator[None]:
+    """The World's radio built with its caches on (as fedsim builds it) or off."""
+    radio = Radio if on else partial(Radio, cache_channel=False)
+    with mock.patch.object(world_network, "Radio", radio):
+        yield
+
+
+@contextmanager
+def counting_calls(methods: dict[str, tuple[type, str]]) -> Iterator[dict[str, int]]:
+    """Counts the calls of each ``(class, method)``: a plain wrapper, about a tenth of a
+    microsecond a call, against tens for a large-scale loss."""
+    counts = dict.fromkeys(methods, 0)
+
+    def counted(name: str, method: Callable) -> Callable:
+        @wraps(method)
+        def call(*args: object, **kwargs: object) -> object:
+            counts[name] += 1
+            return method(*args, **kwargs)
+
+        return call
+
+    with ExitStack() as stack:
+        for name, (cls, attribute) in methods.items():
+            method = getattr(cls, attribute)
+            stack.enter_context(mock.patch.object(cls, attribute, counted(name, method)))
+        yield counts
+
+
+def compare_caches(rounds: int, repeats: int, dataset: str) -> dict:
+    """multicell.yaml with the radio's caches on and off, at its scheduling period and at 1 ms
+    (``CELLULAR_PERIODS_S``), timed alternately; refuses to report if a pair's results differ."""
+    scenarios = {
+        name: multicell_scenario(rounds, dataset, period_s)
+        for name, period_s in CELLULAR_PERIODS_S.items()
+    }
+    data = build_dataset(scenarios["multicell"], timing_only=True)  # one for all: same data
+    trainers = build_trainers(scenarios["multicell"], data)
+    counted = {
+        "losses": (Radio, "_computed_loss_db"),
+        "allocations": (ProportionalFair, "allocate"),
+    }
+    references = {  # untimed: also warms up what a first run pays for (BLER tables, shapes)
+        name: timing_only_run(sc, data, trainers)["fingerprint"] for name, sc in scenarios.items()
+    }
+    runs: dict[tuple[str, bool], list[dict]] = {
+        (name, cached): [] for name in scenarios for cached in (True, False)
+    }
+    for _ in range(repeats):  # alternate, so that both see the same machine load
+        for (name, cached), done in runs.items():
+            with radio_caches(cached), counting_calls(counted) as counts:
+                done.append(timing_only_run(scenarios[name], data, trainers) | counts)
+            if done[-1]["fingerprint"] != references[name]:
+                raise RuntimeError(f"{name}: the radio's caches changed the results")
+    rows = []
+    for (name, cached), done in runs.items():
+        loop_s = [r["loop_s"] for r in done]
+        simulated_s, rounds_done, sent_bytes, _ = done[0]["fingerprint"]
+        rows.append({
+            "variant": name,
+            "period_s": world_network.uplink_sharing(scenarios[name].system.radio).period_s,
+            "caches": "on" if cached else "off",
+            "rounds": rounds_done,
+            "simulated_s": simulated_s,
+            "sent_mb": sent_bytes / 1e6,
+            "wall_s": min(loop_s),
+            "wall_s_median": statistics.median(loop_s),
+            "wall_s_runs": loop_s,
+            "loss_computations": done[0]["losses"],
+            "allocations": done[0]["allocations"],
+            "losses_per_allocation": done[0]["losses"] / max(done[0]["allocations"], 1),
+        })  # fmt: skip
+    by_key = {(row["variant"], row["caches"]): row for row in rows}
+    ratios = [
+        {
+            "variant": name,
+            "wall_s_off_over_on": by_key[name, "off"]["wall_s"] / by_key[name, "on"]["wall_s"],
+            "median_off_over_on": (
+                by_key[name, "off"]["wall_s_median"] / by_key[name, "on"]["wall_s_median"]
+            ),
+            "losses_off_over_on": (
+                by_key[name, "off"]["loss_computations"]
+                / max(by_key[name, "on"]["loss_computations"], 1)
+            ),
+        }
+        for name in scenarios
+    ]
+    return {"scenario": str(MULTICELL.relative_to(REPO)), "rows": rows, "ratios": ratios}
 
 
 def compare(clients: int, rounds: int, repeats: int, dataset: str) -> dict:
@@ -180,6 +308,11 @@ COLUMNS = ("variant", "rounds", "events", "simulated_s", "wall_s", "events_per_s
            "sent_mb", "wasted_mb", "band_wakeups", "fading_changes", "upload_replans")  # fmt: skip
 RATIO_COLUMNS = ("ratio", "events_per_s", "events_per_cpu_s", "events_per_simulated_s",
                  "wall_s_per_round")  # fmt: skip
+CACHE_COLUMNS = ("variant", "period_s", "caches", "rounds", "simulated_s", "sent_mb", "wall_s",
+                 "wall_s_median", "loss_computations", "allocations",
+                 "losses_per_allocation")  # fmt: skip
+CACHE_RATIO_COLUMNS = ("variant", "wall_s_off_over_on", "median_off_over_on",
+                       "losses_off_over_on")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -188,12 +321,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each timing-only run")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each variant")
     parser.add_argument("--dataset", default="fashion_mnist")
+    parser.add_argument(
+        "--cellular-rounds", type=int, default=1, help="rounds of each multicell.yaml run"
+    )
     args = parser.parse_args(argv)
     set_threads(args.threads)
     results = compare(args.clients, args.rounds, args.repeats, args.dataset)
+    results["caches"] = compare_caches(args.cellular_rounds, args.repeats, args.dataset)
     path = write_results("radio_throughput", results, args.out)
     print(table(results["rows"], COLUMNS))
     print(table([results[label] for label in RATIOS], RATIO_COLUMNS))
+    print(table(results["caches"]["rows"], CACHE_COLUMNS))
+    print(table(results["caches"]["ratios"], CACHE_RATIO_COLUMNS))
     print(f"written: {path}")
     return results
 

@@ -20,8 +20,9 @@ from fedsim.learn.trainer import Trainer
 from fedsim.results.files import BREAKDOWN
 from fedsim.results.recorder import Recorder
 from fedsim.world import World
-from fedsim.world.network import rate_distribution
+from fedsim.world.network import cell_grid, fading_block_s, rate_distribution
 from fedsim.world.tasks import CUT_AT
+from fedsim.world.world import ProgressCallback
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,11 @@ def budget_algorithm(
     trainer: Trainer | list[Trainer],
     *,
     max_events: int | None = None,
+    progress: ProgressCallback | None = None,
 ) -> Budget:
     """Run one algorithm on the event model alone and summarize its rounds (``max_events``:
-    see ``World.run``)."""
+    see ``World.run``; ``progress``: told each round's end and the simulated time, as a run
+    tells its progress bar)."""
     recorder = Recorder(
         None,
         scenario_name=scenario.name,
@@ -91,7 +94,7 @@ def budget_algorithm(
         target_accuracy=None,
         resolved_scenario_yaml="",
     )
-    world = World(scenario, algorithm, dataset, trainer, recorder, timing_only=True)
+    world = World(scenario, algorithm, dataset, trainer, recorder, progress, timing_only=True)
     world.run(ALGORITHMS[algorithm.name](world, algorithm), max_events=max_events)
     world.finish(complete=True)
     rows = recorder.round_rows
@@ -442,3 +445,69 @@ def _energy_lines(budgets: list[Budget], name_width: int) -> list[str]:
         "transport blocks), and its share of the total."
     )
     return lines
+
+
+# --- settings that multiply the event model's work ----------------------------------------------
+
+HEAVY_RATIO = 10  # a setting this many times finer than the channel needs...
+HEAVY_WORK_PER_S = 10_000  # ...and this much work per simulated second: a warning
+POSITION_STEP_M = 1.0  # a position per metre walked tracks path loss and shadowing, which
+# change over tens of metres (TR 38.901 Table 7.5-6: shadowing decorrelates over 10-50 m)
+
+
+def event_load_warnings(scenario: Scenario) -> list[str]:
+    """One line per radio setting that multiplies the event model's work far beyond what the
+    channel needs, with the field, an estimate of the work and what to change: a PRB
+    scheduler's ``period_s`` many times shorter than the fading block, or position updates
+    many times finer than a walk changes the path loss, with many clients."""
+    radio = scenario.system.radio
+    if radio is None:
+        return []
+    clients = scenario.clients.count
+    sites = cell_grid(radio).num_sites if radio.cells is not None else 1
+    block_s = fading_block_s(radio)
+    block = (
+        f"the fading block (system.radio.fading.coherence_s = {block_s:g} s), over which the "
+        "channel stays the same"
+        if block_s == radio.fading.coherence_s and radio.fading.model != "none"
+        else f"the default period without block fading ({block_s:g} s)"
+    )
+    warnings = []
+    sharing = radio.uplink_sharing
+    period_s = None if isinstance(sharing, str) else sharing.period_s
+    if period_s is not None:
+        ratio, periods_per_s = block_s / period_s, sites / period_s
+        if ratio >= HEAVY_RATIO and periods_per_s * clients >= HEAVY_WORK_PER_S:
+            warnings.append(
+                f"warning: system.radio.uplink_sharing.period_s = {period_s:g} s is "
+                f"{ratio:.0f}x shorter than {block}: up to {periods_per_s:,.0f} scheduling "
+                f"periods per simulated second ({sites} cell{'s' * (sites > 1)} / "
+                f"{period_s:g} s), each re-planning the uploads of its cell, up to "
+                f"{periods_per_s * clients:,.0f} upload re-plans per simulated second with "
+                f"{clients:,} clients: {ratio:.0f}x the scheduling work of period_s = "
+                f"{block_s:g} s; leave period_s out (the fading block) unless scheduling within "
+                "a block is what you study"
+            )
+    mobility = radio.mobility
+    if mobility is not None:
+        step_m = mobility.speed_mps * mobility.update_s
+        updates_per_s = 1.0 / mobility.update_s
+        work_per_s = updates_per_s * clients * sites
+        if (
+            step_m * HEAVY_RATIO <= POSITION_STEP_M
+            and mobility.update_s < block_s
+            and work_per_s >= HEAVY_WORK_PER_S
+        ):
+            warnings.append(
+                f"warning: system.radio.mobility.update_s = {mobility.update_s:g} s moves a "
+                f"client {100 * step_m:.3g} cm per position update (speed_mps = "
+                f"{mobility.speed_mps:g}), while path loss and shadowing change over metres: "
+                f"each update re-plans the client's upload and recomputes its path loss to "
+                f"{'each of the ' * (sites > 1)}{sites} site{'s' * (sites > 1)}, up to "
+                f"{work_per_s:,.0f} path losses per simulated second with "
+                f"{clients:,} clients ({updates_per_s:.0f} updates per second, against "
+                f"{1.0 / block_s:.0f} fading blocks); update_s = "
+                f"{POSITION_STEP_M / mobility.speed_mps:.3g} s (a position per metre walked) "
+                "tracks the path loss as well"
+            )
+    return warnings

@@ -201,23 +201,39 @@ def _summary_line(summary: dict) -> str:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from fedsim.budget import budget_algorithm, format_budgets  # torch: only for a budget
+    from fedsim.budget import budget_algorithm, event_load_warnings, format_budgets  # torch
     from fedsim.runner import build_dataset, build_trainers, select_algorithms  # torch
+    from fedsim.study import Progress  # the display of `fedsim run`'s studies (torch)
 
     problem = None if args.json is None else _file_problem("--json", args.json)
     if problem is not None:
         raise ScenarioError("--json", [problem])
     rounds = {} if args.rounds is None else {f"--rounds {args.rounds}": f"run.rounds={args.rounds}"}
     scenario = load_scenario(args.file, args.set, rounds)  # --set checked with --rounds applied
+    runs = [(variant, select_algorithms(variant, args.only)) for variant in scenario.variants()]
+    for line in dict.fromkeys(line for variant, _ in runs for line in event_load_warnings(variant)):
+        print(line, file=sys.stderr)
+    # Runs done of the total and the simulated time of the one under way, on a terminal only:
+    # never in the budget printed.
+    display = Progress(sum(len(algorithms) for _, algorithms in runs), 0, sys.stderr.isatty())
     budgets, skipped = [], []
-    for variant in scenario.variants():
-        dataset = build_dataset(variant, timing_only=True)
-        trainers = build_trainers(variant, dataset, timing_only=True)
-        for algorithm in select_algorithms(variant, args.only):
-            try:
-                budgets.append(budget_algorithm(variant, algorithm, dataset, trainers))
-            except ValueError as error:  # a choice that only the data can make
-                skipped.append(f"{algorithm.run_label}: no budget: {error}")
+    try:
+        for variant, algorithms in runs:
+            dataset = build_dataset(variant, timing_only=True)
+            trainers = build_trainers(variant, dataset, timing_only=True)
+            for algorithm in algorithms:
+                label = algorithm.run_label
+                try:
+                    budgets.append(
+                        budget_algorithm(
+                            variant, algorithm, dataset, trainers, progress=display.updater(label)
+                        )
+                    )
+                except ValueError as error:  # a choice that only the data can make
+                    skipped.append(f"{label}: no budget: {error}")
+                display.done(label)
+    finally:
+        display.close()
     model_bytes = trainers[0].num_params * scenario.system.network.precision_bits // 8
     print(format_budgets(scenario, budgets, model_bytes))
     for line in skipped:

@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from analysis.figures import plot_results
 from analysis.results import first_difference, load_yaml, read_scenario
+from fedsim.budget import event_load_warnings
 from fedsim.config import AlgorithmConfig, Scenario, ScenarioError, parse_scenario
 from fedsim.learn.execution import (
     configure_determinism,
@@ -241,14 +242,15 @@ def run_study(
     found = survey(results_dir, jobs, resume)
     if resume and found.changed:
         raise ScenarioError("--resume", _refusal(results_dir, found))
-    for line in found.lines(results_dir) + _emulated_bf16(jobs):
+    load = dict.fromkeys(line for job in jobs for line in event_load_warnings(job.variant))
+    for line in [*found.lines(results_dir), *_emulated_bf16(jobs), *load]:
         print(line, file=sys.stderr)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / SCENARIO_FILE).write_text(scenario.to_yaml())
     write_manifest(scenario, jobs, results_dir)
     resolved = {job.label: job.resolved_yaml for job in jobs}
     todo = [job for job in jobs if job.label not in found.kept]
-    display = _Progress(len(jobs), len(jobs) - len(todo), show_progress)
+    display = Progress(len(jobs), len(jobs) - len(todo), show_progress)
 
     def ours() -> list[str]:
         """The labels whose folder holds this study's run (kept, or written by it)."""
@@ -329,7 +331,7 @@ def draw_figures(scenario: Scenario, results_dir: Path, labels: Sequence[str]) -
 # --- in this process ---
 
 
-def _in_process(jobs: list[Job], display: _Progress, finished: Callable[[str], None]) -> None:
+def _in_process(jobs: list[Job], display: Progress, finished: Callable[[str], None]) -> None:
     """One run after another; consecutive variants with the same data share one dataset."""
     cached: tuple[str, tuple] | None = None
     for job in jobs:
@@ -407,7 +409,7 @@ def _work(payload: tuple[dict, str]) -> str:
 
 
 def _on_pool(
-    jobs: list[Job], workers: int, display: _Progress, finished: Callable[[str], None]
+    jobs: list[Job], workers: int, display: Progress, finished: Callable[[str], None]
 ) -> None:
     context = multiprocessing.get_context("spawn")  # no forked torch state in the workers
     with _children_ignore_ctrl_c():
@@ -532,7 +534,7 @@ def _children_ignore_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-class _Progress:
+class Progress:
     """One display for the whole study: runs done of the total, and the simulated time each
     run in progress has reached."""
 

@@ -60,6 +60,16 @@ def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
                       "pf_over_pf_per_prb", "cells7_over_radio"):  # fmt: skip
             ratios = results[label]
             assert all(_positive(v) for k, v in ratios.items() if k != "ratio")
+        caches = results["caches"]  # multicell.yaml at its period and at 1 ms, caches on/off
+        rows = {(r["variant"], r["caches"]): r for r in caches["rows"]}
+        assert set(rows) == {(v, c) for v in ("multicell", "multicell_1ms") for c in ("on", "off")}
+        for variant in ("multicell", "multicell_1ms"):
+            on, off = rows[variant, "on"], rows[variant, "off"]
+            assert (on["rounds"], on["sent_mb"]) == (off["rounds"], off["sent_mb"])  # same run
+            assert 0 < on["loss_computations"] < off["loss_computations"]  # what it saves
+            assert on["allocations"] == off["allocations"] > 0
+        assert rows["multicell_1ms", "on"]["period_s"] == 0.001
+        assert all(_positive(r["wall_s_off_over_on"]) for r in caches["ratios"])
     elif name == "precision":
         features = results["cpu_features"]
         assert features["capability"] and features["bf16_native"] in (True, False, "unknown")

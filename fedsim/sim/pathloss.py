@@ -234,7 +234,11 @@ class Tr38901:
     @staticmethod
     def _checked(distance_2d_m: float | np.ndarray) -> np.ndarray:
         d = np.asarray(distance_2d_m, dtype=float)
-        if not np.all(np.isfinite(d)) or np.any(d < 0.0):
+        if d.ndim == 0:  # the radio's one distance at a time: checked without numpy's reductions
+            valid = math.isfinite(distance := float(d)) and distance >= 0.0
+        else:
+            valid = bool(np.all(np.isfinite(d))) and not np.any(d < 0.0)
+        if not valid:
             raise ValueError("distance_2d_m must be finite and non-negative")
         return d
 

@@ -146,6 +146,18 @@ class RadioSettings:
             raise ValueError("an outage rule goes with, and only with, the whole_transfer link")
 
 
+@dataclass(slots=True)
+class _LargeScale:
+    """A client's large-scale channel between two of its changes (a position update, a new
+    shadowing block): its distance to every site, and what was asked so far: its loss to each
+    site, its uplink power on each band share (power control)."""
+
+    epoch: tuple[int, int]  # (position update, shadowing block): Radio._large_scale_state
+    distances_m: tuple[float, ...] | None = None
+    loss_db: dict[int, float] = field(default_factory=dict)  # per site
+    uplink_power_w: dict[float, float] = field(default_factory=dict)  # per band share (Hz)
+
+
 @dataclass
 class LinkStats:
     """One client's radio record for radio.csv."""
@@ -173,14 +185,25 @@ class Radio:
         tx_power_dbm: np.ndarray,
         shadowing_db: np.ndarray,
         key: int,
+        *,
+        cache_channel: bool = True,
     ) -> None:
         """positions_m: (clients, 2) around the base station at the origin (with cells: over
         the grid); tx_power_dbm and shadowing_db: per client (the shadowing of the run, or of
         its first block, towards the first site; with a TR 38.901 law in units of its σ, the
-        standard normal draw, as σ follows the client's line of sight)."""
+        standard normal draw, as σ follows the client's line of sight).
+
+        ``cache_channel``: keep what does not change between two channel changes: a client's
+        large-scale loss per site and its power-controlled uplink power per band share until it
+        moves or its shadowing block ends, a link's achievable rate per band share until its
+        channel changes (a scheduler asks for them at every candidate PRB count of every
+        period). False recomputes them at every query, with the same results: the reference a
+        benchmark measures the caches against."""
         self.settings = settings
         self.now = clock
         self.key = key
+        self.cache_channel = cache_channel
+        self._large_scale: dict[int, _LargeScale] = {}  # client -> where it is now, its losses
         self.start_positions_m = np.asarray(positions_m, dtype=float)
         self.tx_power_w = np.asarray(dbm_to_watts(np.asarray(tx_power_dbm, dtype=float)))
         self._shadowing_db = np.asarray(shadowing_db, dtype=float)
@@ -341,13 +364,42 @@ class Radio:
         time_s = self.now() if time_s is None else time_s
         if site is None:
             site = self.serving_site(client, time_s)
-        x, y = self.position_m(client, time_s)
-        if s.cells is None:
-            distance_m = max(math.hypot(x, y), s.min_distance_m)
-        else:
-            distance_m = max(
-                float(s.cells.grid.distances_m(np.array([[x, y]]))[0, site]), s.min_distance_m
-            )
+        state = self._large_scale_state(client, time_s)
+        loss_db = state.loss_db.get(site)
+        if loss_db is None:
+            loss_db = self._computed_loss_db(client, time_s, site, state)
+            state.loss_db[site] = loss_db
+        return loss_db
+
+    def _large_scale_state(self, client: int, time_s: float) -> _LargeScale:
+        """What is known of the client's large-scale channel at time_s: kept (with
+        ``cache_channel``) until it moves or its shadowing block ends. Its loss is a function
+        of (position update, shadowing block) and the site alone, and so is its serving site
+        (chosen again at those instants only) and its power-controlled uplink power."""
+        s = self.settings
+        position_block = block_of(time_s, s.update_s) if s.speed_mps else 0
+        period_s = s.shadowing_coherence_s
+        epoch = (position_block, block_of(time_s, period_s) if period_s else 0)
+        state = self._large_scale.get(client)
+        if state is None or state.epoch != epoch:  # it moved, or its shadowing block ended
+            state = _LargeScale(epoch)
+            if self.cache_channel:
+                self._large_scale[client] = state
+        return state
+
+    def _computed_loss_db(self, client: int, time_s: float, site: int, state: _LargeScale) -> float:
+        """The large-scale loss to the site at time_s, from the position of that instant
+        (``state`` keeps the distances to every site, computed once per position)."""
+        s = self.settings
+        if state.distances_m is None:
+            x, y = self.position_m(client, time_s)
+            if s.cells is None:
+                state.distances_m = (math.hypot(x, y),)
+            else:
+                state.distances_m = tuple(
+                    float(d) for d in s.cells.grid.distances_m(np.array([[x, y]]))[0]
+                )
+        distance_m = max(state.distances_m[site], s.min_distance_m)
         normal = self._shadowing_normal(client, time_s, site)
         if self._standard:
             los = self.line_of_sight(client, distance_m, site)
@@ -426,12 +478,17 @@ class Radio:
         control = self.settings.power_control
         if control is None:
             return float(self.tx_power_w[client])
-        prbs = bandwidth_hz / prb_hz(control.subcarrier_spacing_khz)
-        power_dbm = open_loop_power_dbm(
-            control.p0_dbm, control.alpha, self.large_scale_loss_db(client), prbs,
-            10.0 * math.log10(self.tx_power_w[client] * 1000.0), control.subcarrier_spacing_khz,
-        )  # fmt: skip
-        return float(dbm_to_watts(power_dbm))
+        known = self._large_scale_state(client, self.now()).uplink_power_w
+        power_w = known.get(bandwidth_hz)
+        if power_w is None:
+            prbs = bandwidth_hz / prb_hz(control.subcarrier_spacing_khz)
+            power_dbm = open_loop_power_dbm(
+                control.p0_dbm, control.alpha, self.large_scale_loss_db(client), prbs,
+                10.0 * math.log10(self.tx_power_w[client] * 1000.0),
+                control.subcarrier_spacing_khz,
+            )  # fmt: skip
+            power_w = known[bandwidth_hz] = float(dbm_to_watts(power_dbm))
+        return power_w
 
     def pair_loss_db(self, a: int, b: int) -> float:
         """Path loss between two clients (D2D) by the D2D law, at their current positions;
@@ -491,7 +548,7 @@ class Radio:
         tx_power_dbm = 10.0 * np.log10(self.tx_power_w * 1000.0)
         return Radio(
             self.settings, lambda: 0.0, self.start_positions_m, tx_power_dbm,
-            self._shadowing_db, self.key,
+            self._shadowing_db, self.key, cache_channel=self.cache_channel,
         )  # fmt: skip
 
     # --- small scale and time ---
@@ -635,6 +692,9 @@ class RadioLink:
     failure: TransmissionLost | None = None  # harq: every receiver's link failed
     _waiting_since: dict[int, float] = field(default_factory=dict)  # harq: below the lowest MCS
     _draw_keys: dict[int, int] = field(default_factory=dict)  # harq: per receiver
+    # The achievable rate per band share (Hz) while the state holds: a scheduler asks for it
+    # at every candidate PRB count of a period.
+    _achievable_bps_on: dict[float, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.tx_power_w = self.power_w
@@ -666,6 +726,7 @@ class RadioLink:
         if now < self._valid_until_s and self._epoch == radio.interference_epoch:
             return self._gain_hz
         self._epoch = radio.interference_epoch
+        self._achievable_bps_on.clear()
         noise_w_per_hz = radio.noise_w(1.0)
         if self.direction == UPLINK and radio._transmitting:
             noise_w_per_hz += radio.interference_w_per_hz(self.site)
@@ -697,8 +758,14 @@ class RadioLink:
     def achievable_bps(self, bandwidth_hz: float) -> float:
         """The rate the weakest receiver would get on bandwidth_hz now (a scheduler's metric):
         the link's rate (with harq, the delivered rate of the MCS it would pick)."""
-        snr = min(self._powered(bandwidth_hz, sends=False).values()) / bandwidth_hz
-        return self.radio.rate_bps(bandwidth_hz, snr, self.direction)
+        self._state()  # a new channel state forgets the rates of the last one
+        rate_bps = self._achievable_bps_on.get(bandwidth_hz)
+        if rate_bps is None:
+            snr = min(self._powered(bandwidth_hz, sends=False).values()) / bandwidth_hz
+            rate_bps = self.radio.rate_bps(bandwidth_hz, snr, self.direction)
+            if self.radio.cache_channel:
+                self._achievable_bps_on[bandwidth_hz] = rate_bps
+        return rate_bps
 
     def _bank_radiated(self) -> None:
         now = self.radio.now()

@@ -149,6 +149,8 @@ def _greedy(rate_bps: RateOnPrbs, averages_bps: Sequence[float], num_prbs: int) 
         return (gain_bps <= 0.0, -gain_bps, i)
 
     n = len(averages_bps)
+    if n == 1:  # a lone user takes every PRB, one by one below: no rate needs asking
+        return [num_prbs]
     prbs = [0] * n
     if isinstance(rate_bps, FlatRates):  # every PRB adds the same: the best takes them all
         for i in range(n):

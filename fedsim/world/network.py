@@ -102,12 +102,18 @@ def uplink_sharing(config: RadioConfig) -> str | UplinkScheduling:
     sharing = config.uplink_sharing
     if isinstance(sharing, str):
         return sharing
-    fading = config.fading
-    block_s = fading.coherence_s if fading.model != "none" and fading.coherence_s else 0.1
+    period_s = sharing.period_s or fading_block_s(config)
     return UplinkScheduling(
-        sharing.scheduler, config.subcarrier_spacing_khz, sharing.period_s or block_s,
-        sharing.pf_beta, sharing.power_aware,
+        sharing.scheduler, config.subcarrier_spacing_khz, period_s, sharing.pf_beta,
+        sharing.power_aware,
     )  # fmt: skip
+
+
+def fading_block_s(config: RadioConfig) -> float:
+    """How long the small-scale fading holds: its block, or 0.1 s without block fading (a
+    PRB scheduler's default period)."""
+    fading = config.fading
+    return fading.coherence_s if fading.model != "none" and fading.coherence_s else 0.1
 
 
 def cell_grid(config: RadioConfig) -> HexGrid | None:
