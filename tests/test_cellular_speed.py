@@ -201,17 +201,23 @@ def test_no_shipped_scenario_is_warned_about(path: Path):
     assert [line for v in scenario.variants() for line in event_load_warnings(v)] == []
 
 
-def test_the_budget_warns_on_stderr_and_shows_progress_only_on_a_terminal(
-    tmp_path, capsys, monkeypatch
-):
+def one_ms_scheduling(tmp_path: Path, **overrides: object) -> Path:
+    """A file of tiny_scenario's 12 clients on a PF scheduler every millisecond."""
     radio = {
         "fading": {"model": "rayleigh", "coherence_s": 0.1},
         "uplink_sharing": {"scheduler": "proportional_fair", "period_s": 0.001},
     }
-    data = tiny_scenario(tmp_path, clients={"count": 12}, system={"radio": radio})
+    data = tiny_scenario(tmp_path, clients={"count": 12}, system={"radio": radio}, **overrides)
     data["system"]["network"] = {"latency_s": 0.01}
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_budget_warns_on_stderr_and_shows_progress_only_on_a_terminal(
+    tmp_path, capsys, monkeypatch
+):
+    path = one_ms_scheduling(tmp_path)
     assert main(["budget", str(path)]) == 0
     out, err = capsys.readouterr()
     [line] = err.splitlines()  # no progress: stderr is not a terminal here
@@ -225,16 +231,7 @@ def test_the_budget_warns_on_stderr_and_shows_progress_only_on_a_terminal(
 
 
 def test_a_run_warns_at_its_start_as_its_budget_does(tmp_path, capsys):
-    radio = {
-        "fading": {"model": "rayleigh", "coherence_s": 0.1},
-        "uplink_sharing": {"scheduler": "proportional_fair", "period_s": 0.001},
-    }
-    data = tiny_scenario(tmp_path, clients={"count": 12}, system={"radio": radio})
-    data["system"]["network"] = {"latency_s": 0.01}
-    data["run"] = {"rounds": 1}
-    data["sweep"] = {"seed": [1, 2]}  # two runs: one warning
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = one_ms_scheduling(tmp_path, run={"rounds": 1}, sweep={"seed": [1, 2]})  # two runs
     assert main(["run", str(path), "--quiet"]) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1
