@@ -415,7 +415,7 @@ class Trainer:
             raise ValueError(f"unknown engine {engine!r}; choose one of: {', '.join(ENGINES)}")
         if engine == "loop" or distill is not None or not self._vmappable:
             return "loop"
-        if self.precision == "fp16":
+        if self.precision == "fp16":  # no per-client loss scaling under vmap
             return "loop"
         if engine == "vmap":
             return "vmap"
@@ -565,7 +565,7 @@ class Trainer:
         the batch, and ``ACTIVATION_COPIES`` of every layer's output for the batch."""
         optimizer_states = {"sgd": int(self.optimizer.momentum > 0), "adam": 2}
         states = 2 + optimizer_states[self.optimizer.name] + extra_states
-        sample = x[0].numel() if len(x) else 1
+        sample = math.prod(x.shape[1:])
         activations = ACTIVATION_COPIES * self.activation_floats(tuple(x.shape[1:]))
         return self.num_params * states + width * (sample + activations)
 
@@ -649,8 +649,10 @@ class Trainer:
             return [self.evaluate(p, x, y) for p, x, y in zip(params, xs, ys, strict=True)]
         if any(len(x) != len(y) for x, y in zip(xs, ys, strict=True)):
             raise ValueError("every input set needs one label per sample")
+        if not params:
+            return []
         longest = max(len(y) for y in ys)
-        sample = xs[0][0].numel() if longest else 1
+        sample = math.prod(xs[0].shape[1:])
         activations = self.activation_floats(tuple(xs[0].shape[1:])) * min(longest, _EVAL_BATCH)
         chunk = self._chunk_size(len(params), self.num_params + longest * sample + activations)
         results: list[EvalResult] = []
