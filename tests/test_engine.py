@@ -186,6 +186,29 @@ def test_batched_trainings_give_the_metrics_of_one_by_one(
             assert b[key] == expected, key
 
 
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "ditto", "cfl", "fedbuff"])
+def test_models_that_arrive_one_after_another_still_train_in_one_batch(
+    tmp_path: Path, batch_sizes: list[int], algorithm: str
+) -> None:
+    """A unicast downlink sends the model to one client after another (0.16 s each here), so
+    the first client's compute (0.5 s) ends before the last has its model: the trainings are
+    queued when the models leave, and the first one due runs with them all."""
+    system = deterministic_compute(downlink="unicast", uplink_mbps=1.0)
+    options = {"fedbuff": {"max_concurrency": 6, "buffer_size": 6}}.get(algorithm, {})
+    data = tiny_scenario(
+        tmp_path, system=system, training={"engine": "vmap"}, run={"rounds": 2},
+        algorithms=[{"name": algorithm, **options}],
+    )  # fmt: skip
+    world = make_world(data, tmp_path)
+    link = world.network.links[0]
+    model_s = 8 * world.model_message_bytes("downlink") / link.downlink_bps
+    assert 6 * model_s > 0.5 > model_s  # the last model arrives after the first is trained
+    run_world(world)
+    assert batch_sizes[0] == 6  # without the early queue: 1 or 2 clients a batch
+    if algorithm in ("fedavg", "fedprox", "cfl"):  # one training per client and round
+        assert batch_sizes == [6, 6]
+
+
 def test_cancelled_or_lost_trainings_never_run(tmp_path: Path, batch_sizes: list[int]) -> None:
     data = tiny_scenario(tmp_path, system=deterministic_compute(), training={"engine": "vmap"})
     world = make_world(data, tmp_path)

@@ -243,8 +243,7 @@ def client_update(
     world: World, client: int, params: torch.Tensor, model_arrived: simpy.Event, send_delta: bool
 ) -> Generator[simpy.Event, object, torch.Tensor]:
     """One client's task: receive, train (taking its compute time), upload; returns the upload."""
-    yield model_arrived
-    result = yield from world.train(client, params)
+    result = yield from world.train(client, params, model_arrives=model_arrived)
     if send_delta:
         (delta,) = yield from world.upload(client, result.params - params)
         return delta

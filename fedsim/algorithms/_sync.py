@@ -68,8 +68,7 @@ def client_update(
 ) -> Generator[simpy.Event, object, TrainResult]:
     """One client's part of a round: receive, train (taking its compute time), upload
     (its update on the received model: what the server gets is what it decodes)."""
-    yield model_arrived
-    result = yield from world.train(client, params)
+    result = yield from world.train(client, params, model_arrives=model_arrived)
     (sent,) = yield from world.upload(client, result.params, reference=params)
     return replace(result, params=sent)
 

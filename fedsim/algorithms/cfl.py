@@ -138,8 +138,7 @@ def client_update(
     world: World, client: int, params: torch.Tensor, model_arrived: simpy.Event
 ) -> Generator[simpy.Event, object, torch.Tensor]:
     """Receive the cluster's model, train, upload the weight update Δθ = θ' − θ."""
-    yield model_arrived
-    result = yield from world.train(client, params)
+    result = yield from world.train(client, params, model_arrives=model_arrived)
     (update,) = yield from world.upload(client, result.params - params)
     return update
 

@@ -36,8 +36,7 @@ def run(world: World, config: DittoConfig) -> Generator[simpy.Event, object, Non
     def client_update(
         client: int, global_params: torch.Tensor, model_arrived: simpy.Event
     ) -> Generator[simpy.Event, object, TrainResult]:
-        yield model_arrived
-        result = yield from world.train(client, global_params)
+        result = yield from world.train(client, global_params, model_arrives=model_arrived)
         own = personal.setdefault(client, global_params)
         own_result = yield from world.train(
             client,

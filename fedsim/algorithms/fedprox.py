@@ -32,7 +32,8 @@ def client_update(
     world: World, client: int, params: torch.Tensor, model_arrived: simpy.Event, *, mu: float
 ) -> Generator[simpy.Event, object, TrainResult]:
     """Receive w, train with the proximal term centred at w, upload."""
-    yield model_arrived
-    result = yield from world.train(client, params, prox_center=params, prox_mu=mu)
+    result = yield from world.train(
+        client, params, prox_center=params, prox_mu=mu, model_arrives=model_arrived
+    )
     (sent,) = yield from world.upload(client, result.params, reference=params)
     return replace(result, params=sent)

@@ -544,15 +544,19 @@ class World:
         prox_mu: float = 0.0,
         distill: Distillation | None = None,
         correction: torch.Tensor | None = None,
+        model_arrives: simpy.Event | None = None,
     ) -> Generator[simpy.Event, None, TrainResult]:
         """Process body: the client's device spends its compute time, then returns its training.
 
         The duration comes from the compute model (never from PyTorch's wall time here).
-        The real training is queued when the compute time starts and runs when it ends, or
-        earlier, batched with another client's (``TrainingQueue``); work dropped before it
-        ran (a dropout, a deadline) costs nothing. ``epochs``/``steps`` override the scenario's
-        local work, ``train_indices`` restricts it to part of the client's training data (e.g.
-        with a held-out validation part); the other options are ``Trainer.train``'s.
+        The real training is queued as soon as it is known and runs when its compute time
+        ends, or earlier, batched with another client's (``TrainingQueue``); work dropped before
+        it ran (a dropout, a deadline) costs nothing. ``model_arrives``: the event of the
+        arrival of ``params`` (a model on its way down): the compute time starts then, but the
+        training is known, and queued, from now, so that clients whose models arrive one after
+        another still train in one batch. ``epochs``/``steps`` override the scenario's local
+        work, ``train_indices`` restricts it to part of the client's training data (e.g. with
+        a held-out validation part); the other options are ``Trainer.train``'s.
         """
         training = self.scenario.training
         if epochs is None and steps is None:
@@ -562,8 +566,10 @@ class World:
         n = shard.num_train if train_indices is None else len(train_indices)
         steps = trainer.num_steps(n, epochs=epochs, steps=steps)
         samples = trainer.samples_processed(n, steps)
-        yield from self._codec_work(client, self._to_decode.pop(client, 0.0))
         if self.timing_only:  # no data is touched: a timing-only client may have none
+            if model_arrives is not None:
+                yield model_arrives
+            yield from self._codec_work(client, self._to_decode.pop(client, 0.0))
             yield from self.work(client, steps, samples)
             return TrainResult(params, math.nan, steps, samples)
         x, y = shard.x_train, shard.y_train
@@ -577,6 +583,9 @@ class World:
         )
         self.trainings.add(job)
         try:
+            if model_arrives is not None:
+                yield model_arrives
+            yield from self._codec_work(client, self._to_decode.pop(client, 0.0))
             yield from self.work(client, steps, samples)
         except simpy.Interrupt:
             self.trainings.discard(job)  # never run, unless batched with another
