@@ -18,10 +18,11 @@ from fedsim.algorithms.cobo import run as run_cobo
 from fedsim.algorithms.federico import FedericoState, choose_neighbours
 from fedsim.algorithms.federico import run as run_federico
 from fedsim.config import CoboConfig, ScenarioError, parse_scenario
+from fedsim.config.algorithms import cobo_round_factor
 from fedsim.sim.event_check import check_events
 from fedsim.study import run_scenario
-from tests.conftest import merge_into, tiny_scenario
-from tests.test_fedavg_world import MLP_32_PARAMS, make_world, read_metrics
+from tests.conftest import merge_into, requires_real_data, tiny_scenario
+from tests.test_fedavg_world import MLP_32_PARAMS, make_world, read_metrics, run_world
 from tests.test_system_model import CHURN
 
 MODEL_BYTES = MLP_32_PARAMS * 4
@@ -278,17 +279,83 @@ def test_decentralized_configs_are_checked(tmp_path):
     churn = tiny_scenario(tmp_path, algorithms=[{"name": "federico"}], clients=CHURN)
     with pytest.raises(ScenarioError, match="deadline_s"):
         parse_scenario(churn)
-    # lr * penalty * (6 - 1) = 2.5: the explicit penalty step overshoots while W0 = 1
-    unstable = tiny_scenario(
-        tmp_path, training={"optimizer": "sgd", "lr": 0.5},
-        algorithms=[{"name": "cobo", "penalty": 1.0}],
-    )  # fmt: skip
-    with pytest.raises(ScenarioError, match=r"algorithms\[0\]\.penalty: .* = 2\.5 .*diverges"):
-        parse_scenario(unstable)
-    merge_into(unstable, {"training": {"momentum": 0.5}})  # heavy ball: the bound is 3
-    assert parse_scenario(unstable).algorithms[0].penalty == 1.0
     with pytest.raises(ScenarioError, match="rho"):  # the penalty is `penalty`, not rho
         parse_scenario(tiny_scenario(tmp_path, algorithms=[{"name": "cobo", "rho": 1}]))
+
+
+def cobo_x_step(lr: float, penalty: float, momentum: float = 0.0, steps: int = 1) -> dict:
+    """tiny_scenario's training for CoBo with the X-step's settings (6 clients)."""
+    return {"optimizer": "sgd", "lr": lr, "momentum": momentum, "local_epochs": None,
+            "local_steps": steps}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("training", "penalty", "refused"),
+    [
+        # lr x penalty x n = 0.1 x 3.2 x 6 = 1.92: one round multiplies the differences by -0.92
+        (cobo_x_step(0.1, 3.2), 3.2, None),
+        # 2.04: by -1.04. The old check, lr x penalty x (n - 1) = 1.7 < 2, let it through
+        (cobo_x_step(0.1, 3.4), 3.4, r"by -1\.04 \(lr x penalty x clients = 2\.04, at or over 2"),
+        # momentum does not help the paper's one step (the optimizer is fresh each round);
+        # the old bound, 2 (1 + momentum) = 3.8, accepted it
+        (cobo_x_step(0.1, 3.4, momentum=0.9), 3.4, r"use penalty < 3\.33"),
+        # two plain steps: (1 - a)^2 >= 0, so only a = lr x penalty x (n - 1) < 2 bounds them
+        (cobo_x_step(0.1, 3.9, steps=2), 3.9, None),
+        (cobo_x_step(0.1, 4.1, steps=2), 4.1, r"\(2 local steps, momentum 0\)"),
+        # momentum and a few steps overshoot the mean: far below the one-step bound
+        (cobo_x_step(0.1, 1.0, momentum=0.9, steps=4), 1.0, r"4 local steps, momentum 0\.9"),
+    ],
+)
+def test_cobo_refuses_a_penalty_whose_x_step_diverges(tmp_path, training, penalty, refused):
+    data = tiny_scenario(
+        tmp_path, training=training, algorithms=[{"name": "cobo", "penalty": penalty}]
+    )
+    if refused is None:
+        assert parse_scenario(data).algorithms[0].penalty == penalty
+        return
+    with pytest.raises(ScenarioError, match=r"algorithms\[0\]\.penalty: with W0 = 1 and 6 clients"):
+        parse_scenario(data)
+    with pytest.raises(ScenarioError, match=refused):
+        parse_scenario(data)
+
+
+@pytest.mark.parametrize(("steps", "momentum"), [(1, 0.0), (1, 0.9), (2, 0.0), (3, 0.5), (5, 0.9)])
+def test_cobo_round_factor_is_what_the_x_step_does(steps, momentum):
+    """Six clients at W = 1 take ``steps`` heavy-ball steps (a fresh buffer each round) towards
+    the mean of the others, held fixed, all at once: their differences shrink (or grow) by
+    ``cobo_round_factor`` each round, whatever the starting point."""
+    lr, penalty, n = 0.1, 1.3, 6
+    x = np.random.default_rng(0).normal(size=(n, 3))
+    for _ in range(3):
+        before = x - x.mean(axis=0)
+        others = (x.sum(axis=0) - x) / (n - 1)  # each client's collaborators' mean
+        y, moved = x.copy(), np.zeros_like(x)
+        for t in range(steps):
+            gradient = penalty * (n - 1) * (y - others)  # rho x sum of w (= n - 1) x (x - mean)
+            moved = lr * gradient if t == 0 else momentum * moved + lr * gradient
+            y = y - moved
+        x = y
+        ratio = (x - x.mean(axis=0)) / before
+        expected = cobo_round_factor(lr * penalty, n, steps, momentum)
+        np.testing.assert_allclose(ratio, expected, rtol=1e-9)
+
+
+@requires_real_data
+def test_cobo_trains_inside_the_bound(tmp_path):
+    """lr x penalty x n = 1.5 (one step at W0 = 1 multiplies the differences by -0.5): the
+    models stay finite and the clients learn their shards. The bound is the penalty's alone:
+    the loss's curvature takes its share of the step too, and at 1.9 this run diverged after
+    a dozen rounds (training loss 2.3 -> 30), at 1.7 it stayed bounded (cobo.py)."""
+    data = tiny_scenario(
+        tmp_path, training=cobo_x_step(0.05, 1.5 / (0.05 * 8)),
+        dataset={"name": "fashion_mnist", "num_samples": 1600},
+        clients={"count": 8}, algorithms=[{"name": "cobo", "penalty": 1.5 / (0.05 * 8)}],
+        system={"d2d": {"graph": "complete", "rate_mbps": 20.0}}, run={"rounds": 20},
+    )  # fmt: skip
+    rows = run_world(make_world(data, tmp_path))
+    losses = [row["train_loss"] for row in rows]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert rows[-1]["accuracy"] > 0.5
 
 
 def test_budget_runs_the_decentralized_protocols_without_training(tmp_path):

@@ -32,10 +32,17 @@ keep O(n) pairs a round to the end). It never goes below ``mixed``: in the paper
 (40,000 rounds) ``mixed`` is the larger throughout and ``auto`` equals it, while in 300
 rounds with 40 clients ``mixed`` gives a pair about 0.16 meetings and W never moves.
 
-The X-step is the paper's explicit step: with SGD it is stable only while
-η ρ Σ_k w_ik < 2 (1 + momentum), and at W⁰ = 1 the sum is n − 1, so the scenario check
-rejects lr · ρ · (n − 1) at or over that bound (the models would blow up before the W-step
-cuts any link); a larger n needs a smaller ρ.
+The X-step is the paper's explicit step, taken by every client at once from the same models:
+at W⁰ = 1 (the worst case) one round multiplies the models' differences by
+``fedsim.config.algorithms.cobo_round_factor`` (derived there), and the scenario check refuses
+a penalty that makes it 1 or more in size (the models would blow up before the W-step cuts
+any link): lr · ρ · n < 2 for the paper's one step per round, whatever the momentum (the
+optimizer is fresh each round, so its first step is plain SGD; none persists across rounds);
+lr · ρ · (n − 1) < 2 for two plain steps; momentum lowers the bound of more steps. A larger n
+needs a smaller ρ. The bound is the penalty's alone: the loss's curvature L takes its share of
+the step (lr (ρ n + L) < 2 on a quadratic), so a ρ close to it can still diverge (8 clients of
+Fashion-MNIST with an MLP, lr 0.05, one step: lr ρ n = 1.9 diverged after a dozen rounds,
+1.7 stayed bounded, 1.5 trained).
 
 Choices where the paper is silent (spec §7–8), all parameters:
 - ``weight_batch_size`` (default: the training batch size, as the paper's "stochastic

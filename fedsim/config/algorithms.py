@@ -485,6 +485,45 @@ class FedericoConfig(DecentralizedConfig):
     )
 
 
+def cobo_round_factor(step: float, clients: int, local_steps: int, momentum: float) -> float:
+    """What one round of CoBo's X-step multiplies the clients' differences by, at W = 1 (the
+    worst case), with ``step`` = lr x ρ, SGD of ``momentum`` restarted every round (fedsim's
+    clients keep no optimizer state across rounds) and the collaborators' models held fixed
+    during the round's ``local_steps``. Stable while |factor| < 1.
+
+    Derivation (the penalty alone; the loss's own curvature is the learning rate's usual
+    limit). Client i pulls towards the mean m_i of the n − 1 others with strength ρ (n − 1):
+    with a = lr ρ (n − 1) and y = x_i − m_i, each step is y ← y − lr·buf with buf = g on the
+    first step and β buf + g after, g = ρ (n − 1) y; after K steps y = r y₀ (r = 1 − a for
+    one step, (1 − a)^K for plain SGD). All clients step at once from the same models, so with
+    e_i = x_i − x̄ and m_i − x̄ = −e_i / (n − 1): e_i ← r e_i − (1 − r) e_i / (n − 1), i.e.
+    factor = (r n − 1) / (n − 1). One step: factor = 1 − lr ρ n, stable while lr ρ n < 2 (the
+    largest eigenvalue of the complete graph's Laplacian is n), whatever the momentum (a
+    fresh buffer's first step is plain SGD). Two or more plain steps: (1 − a)^K n − 1 > −(n − 1)
+    always for even K, so the bound is a < 2, lr ρ (n − 1) < 2. Any W ≤ 1 has a Laplacian below
+    the complete graph's (each edge's Laplacian is positive semi-definite), so W = 1 bounds
+    it; a newcomer joins with ``join_weight`` ≤ 1, within the same bound."""
+    pull = step * (clients - 1)  # lr x ρ x the weights' sum at W = 1
+    y, moved = 1.0, 0.0  # moved: lr x buf
+    for t in range(local_steps):
+        moved = pull * y if t == 0 else momentum * moved + pull * y
+        y -= moved
+    return (y * clients - 1) / (clients - 1)
+
+
+def cobo_largest_penalty(lr: float, clients: int, local_steps: int, momentum: float) -> float:
+    """The ρ up to which (to 0.1% of 4 / (lr (n − 1))) ``cobo_round_factor`` stays under 1 in
+    size: 2 / (lr n) for one local step. With momentum and a few steps the pull overshoots
+    (0.77 for 5 steps with momentum 0.9, lr 0.05, 8 clients, against 5.0 for one step)."""
+    if local_steps == 1:
+        return 2.0 / (lr * clients)
+    top = 4.0 / (lr * (clients - 1))
+    for k in range(1, 1001):
+        if abs(cobo_round_factor(lr * top * k / 1000, clients, local_steps, momentum)) >= 1:
+            return top * (k - 1) / 1000
+    return top
+
+
 class CoboConfig(DecentralizedConfig):
     """CoBo (Alg. 1): pairwise weights from midpoint gradients; penalty pulls collaborators.
 

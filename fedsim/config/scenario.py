@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +22,8 @@ from fedsim.config.algorithms import (
     LocalConfig,
     SelectionConfig,
     SyncServerConfig,
+    cobo_largest_penalty,
+    cobo_round_factor,
 )
 from fedsim.config.base import (
     MAX_RATE_MBPS,
@@ -39,13 +42,20 @@ from fedsim.config.base import (
     _Strict,
 )
 from fedsim.config.clients import ClientsConfig
-from fedsim.config.data import SUGGESTED_TIMING_SAMPLES, DatasetConfig, sample_shortage
+from fedsim.config.data import (
+    SUGGESTED_TIMING_SAMPLES,
+    DatasetConfig,
+    pool_size,
+    sample_shortage,
+)
 from fedsim.config.errors import describe
 from fedsim.config.radio import AirCompConfig
 from fedsim.config.system import SystemConfig
 from fedsim.config.training import ModelConfig, TrainingConfig
 from fedsim.sim.readers import read_availability, read_device_profiles, read_positions
 from fedsim.sim.topology import build_graph
+
+COBO_CHECKED_STEPS = 64  # local_epochs: the X-step counts checked, up to the mean client's
 
 
 class RunConfig(_Strict):
@@ -164,24 +174,40 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _cobo_penalty_step_is_stable(self) -> Scenario:
-        """CoBo's X-step is an explicit gradient step on ρ Σ_k w_ik ||x_i − x_k||²/2: with
-        W⁰ = 1 every client pulls every other, and with SGD the step contracts the models'
-        differences only while lr · ρ · (n − 1) < 2 (1 + momentum); beyond that they blow up
-        before the W-step can cut the links."""
-        training = self.training
-        if training.optimizer != "sgd":
+        """CoBo's X-step pulls every client towards its collaborators (``cobo_round_factor``);
+        at W⁰ = 1, the worst case, a round must shrink the models' differences, or they blow
+        up before the W-step can cut the links. Checked for SGD (the paper's optimizer) with
+        as many clients as can be present at once, for the round's local steps (with
+        local_epochs, every count up to the mean client's, at most ``COBO_CHECKED_STEPS``)."""
+        training, clients = self.training, self.clients.total
+        if training.optimizer != "sgd" or clients < 2:
             return self
-        bound = 2 * (1 + training.momentum)
+        if training.local_steps is not None:
+            counts = [training.local_steps]
+        else:
+            per_client = pool_size(self.dataset.name, self.dataset.num_samples) / clients
+            batches = math.ceil(per_client * (1 - self.dataset.test_fraction) / training.batch_size)
+            counts = range(1, max(1, min(training.local_epochs * batches, COBO_CHECKED_STEPS)) + 1)
         for i, algorithm in enumerate(self.algorithms):
             if not isinstance(algorithm, CoboConfig):
                 continue
-            step = training.lr * algorithm.penalty * (self.clients.count - 1)
-            if step >= bound:
-                raise ValueError(
-                    f"algorithms[{i}].penalty: lr x penalty x (clients - 1) = {step:.3g} with "
-                    f"W0 = 1, at or over {bound:g}: the penalized SGD step diverges; use "
-                    f"penalty < {bound / (training.lr * max(self.clients.count - 1, 1)):.3g}"
-                )
+            step, momentum = training.lr * algorithm.penalty, training.momentum
+            factors = {k: cobo_round_factor(step, clients, k, momentum) for k in counts}
+            steps, factor = max(factors.items(), key=lambda item: abs(item[1]))
+            if abs(factor) < 1:
+                continue
+            largest = min(cobo_largest_penalty(training.lr, clients, k, momentum) for k in counts)
+            why = (
+                f"lr x penalty x clients = {step * clients:.3g}, at or over 2"
+                if steps == 1
+                else f"{steps} local steps, momentum {momentum:g}"
+            )
+            raise ValueError(
+                f"algorithms[{i}].penalty: with W0 = 1 and {clients} clients one round of the "
+                f"X-step multiplies the models' differences by {factor:.3g} ({why}): they "
+                f"diverge; use penalty < {largest:.3g} (well below: the loss's own curvature "
+                "takes its share of the step)"
+            )
         return self
 
     @model_validator(mode="after")
