@@ -45,7 +45,8 @@ def plot_channel(run_dir: Path, out_path: Path | None = None) -> Path:
             channel["time_s"][mine], channel["rate_mbps"][mine], color=style.colour(i), lw=0.8,
             label=f"client {client} ({distance[0]:.0f} m)",
         )  # fmt: skip
-    over_time.set_yscale("log")
+    if (channel["rate_mbps"] > 0).any():  # a radio that let nothing through has no log scale
+        over_time.set_yscale("log")
     over_time.set_xlabel("simulated time (s)")
     over_time.set_ylabel("uplink rate alone on the band (Mbit/s)")
     over_time.legend(fontsize=8)

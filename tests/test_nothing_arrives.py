@@ -55,6 +55,9 @@ from fedsim.runner import build_dataset, build_trainers, run_algorithm
 from tests.conftest import tiny_scenario
 from tests.test_fedavg_world import make_world
 
+# A dead radio's figures draw without complaint (its channel.png has no log scale to take).
+pytestmark = pytest.mark.filterwarnings("error::UserWarning")
+
 CLIENTS = 6
 FAR = (0, 1, 2)  # in the blackout; every client is far when the radio is dead
 FAR_M = 90_000.0  # 128.1 + 37.6 log10(90) = 201.6 dB: an SNR near -90 dB, up and down
