@@ -174,7 +174,8 @@ def find_runs(paths: Sequence[Path], left_out: list[Path] | None = None) -> list
                 (child for child in given.iterdir() if _is_run_folder(child)),
                 key=lambda child: child.name,
             )
-            earlier = [folder for folder in found if not _of_the_last_study(folder, given)]
+            listed = _last_study_runs(given)
+            earlier = [folder for folder in found if not _of_the_study(folder, listed)]
             if earlier and len(earlier) == len(found):
                 raise ValueError(
                     f"{given} holds no run of the study last started there ({STUDY_FILE}); "
@@ -201,18 +202,25 @@ def find_runs(paths: Sequence[Path], left_out: list[Path] | None = None) -> list
     ]
 
 
-def _of_the_last_study(run_dir: Path, scenario_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a run of the study ``scenario_dir/study.json`` lists, with
-    the settings it lists; True without a readable manifest (nothing to tell them apart)."""
+def _last_study_runs(scenario_dir: Path) -> dict | None:
+    """The runs of the study last started in ``scenario_dir`` (``study.json``: label -> hash
+    of its resolved scenario); None without a readable manifest."""
     try:
         runs = json.loads((scenario_dir / STUDY_FILE).read_text())["runs"]
-        listed = runs.get(run_dir.name)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return runs if isinstance(runs, dict) else None
+
+
+def _of_the_study(run_dir: Path, runs: dict | None) -> bool:
+    """Whether ``run_dir`` holds one of ``runs`` with the settings listed there; True without
+    a manifest (nothing to tell the runs apart)."""
+    if runs is None:
         return True
-    if listed is None:
+    if run_dir.name not in runs:
         return False
     scenario = read_scenario(run_dir)
-    return scenario is not None and scenario_sha256(scenario) == listed
+    return scenario is not None and scenario_sha256(scenario) == runs[run_dir.name]
 
 
 def time_to_target(run: Run, target: float) -> float | None:
