@@ -66,7 +66,7 @@ from benchmarks.event_throughput import (
 )
 from fedsim.config import Scenario, load_scenario, parse_scenario
 from fedsim.runner import build_dataset, build_trainers
-from fedsim.sim.medium import ChannelFlow, ChannelMedium
+from fedsim.sim.band import ChannelFlow, ChannelMedium
 from fedsim.sim.radio import Radio
 from fedsim.sim.scheduler import ProportionalFair
 from fedsim.world import network as world_network

@@ -17,9 +17,10 @@ from fedsim.runner import build_dataset, build_trainers
 from fedsim.sim.cells import HexGrid
 from fedsim.sim.draws import Fading
 from fedsim.sim.events import EventLog
+from fedsim.sim.link import PerUploadSettings
 from fedsim.sim.network import Network
 from fedsim.sim.pathloss import Tr38901
-from fedsim.sim.radio import CellSettings, LinkSettings, PowerControl, Radio, RadioSettings
+from fedsim.sim.radio import CellSettings, PowerControl, Radio, RadioSettings
 from fedsim.sim.scheduler import UplinkScheduling, num_prbs, prb_hz
 from fedsim.study import run_scenario
 from tests.conftest import tiny_scenario
@@ -281,7 +282,7 @@ def test_an_upload_below_the_sinr_threshold_is_lost_and_one_above_is_kept():
     outcomes = {}
     for threshold_db in (0.0, 40.0):
         env = simpy.Environment()
-        link = LinkSettings("per_upload", sinr_threshold=10 ** (threshold_db / 10))
+        link = PerUploadSettings(sinr_threshold=10 ** (threshold_db / 10))
         radio = make_radio(env, [(200.0, 0.0)], link=link)
         network = Network(env, {}, log=EventLog(lambda env=env: env.now), radio=radio)
         result = []

@@ -21,10 +21,10 @@ from fedsim.config import load_scenario
 from fedsim.sim.cells import HexGrid
 from fedsim.sim.draws import Fading
 from fedsim.sim.events import EventLog
-from fedsim.sim.link import HarqSettings
+from fedsim.sim.link import HarqLinkSettings
 from fedsim.sim.network import Network
 from fedsim.sim.pathloss import Tr38901
-from fedsim.sim.radio import CellSettings, LinkSettings, PowerControl, Radio, RadioSettings
+from fedsim.sim.radio import CellSettings, PowerControl, Radio, RadioSettings
 from fedsim.sim.scheduler import ProportionalFair, UplinkScheduling
 from fedsim.world.network import layout_radius_m
 from tests.conftest import REPO, tiny_scenario
@@ -51,7 +51,7 @@ def cellular_radio(
         path_loss=Tr38901("uma", 3.5e9), fading=Fading("rayleigh", coherence_s=0.1),
         shadowing_db=1.0, shadowing_coherence_s=SHADOWING_S, noise_figure_db=9.0,
         uplink_bandwidth_hz=20e6, min_distance_m=35.0, cell_radius_m=layout_radius_m(GRID),
-        link=LinkSettings("harq", HarqSettings()), power_control=PowerControl(-90.0, 0.8, 30),
+        link=HarqLinkSettings(), power_control=PowerControl(-90.0, 0.8, 30),
         cells=CellSettings(GRID, interference=True, hysteresis_db=3.0), speed_mps=15.0,
         update_s=UPDATE_S,
     )  # fmt: skip
@@ -166,7 +166,7 @@ def test_the_caches_change_no_result_on_a_small_multicell_world():
         )  # fmt: skip
     given = [band.prbs_given for band in cached_network.uplink_bands]
     assert given == [band.prbs_given for band in plain_network.uplink_bands]
-    assert cached.harq[0].offsets_db == plain.harq[0].offsets_db
+    assert cached.link.adaptation[0].offsets_db == plain.link.adaptation[0].offsets_db
     assert sum(c.handovers for c in cached.stats) > 0  # the walk did hand clients over
 
 

@@ -22,11 +22,12 @@ from fedsim.runner import build_dataset, build_trainers
 from fedsim.sim.bler import LOSS_DB, BlerCurves, finite_length_bler
 from fedsim.sim.draws import Fading
 from fedsim.sim.event_check import check_events
-from fedsim.sim.link import Harq, HarqSettings, binomial_ppf, negative_binomial_ppf
+from fedsim.sim.link import Harq, HarqLinkSettings, HarqSettings, PerUploadSettings
+from fedsim.sim.link.adaptation import binomial_ppf, negative_binomial_ppf
 from fedsim.sim.medium import TransmissionLost
 from fedsim.sim.nr import DATA_RE_PER_PRB, code_blocks, mcs_table, transport_block_bits
 from fedsim.sim.pathloss import UmiStreetCanyon
-from fedsim.sim.radio import UPLINK, LinkSettings, RadioSettings
+from fedsim.sim.radio import UPLINK, RadioSettings
 from fedsim.study import run_scenario
 from tests.conftest import tiny_scenario
 from tests.test_radio import BAND_HZ, macro_snr, make_network, make_radio, upload_ends
@@ -215,7 +216,7 @@ def test_a_long_upload_over_many_fading_blocks_is_never_lost_whole():
     env = simpy.Environment()
     radio = make_radio(
         env, [(350.0, 0.0)], fading=Fading("rayleigh", coherence_s=0.01),
-        link=LinkSettings("harq", HarqSettings(bler_source="builtin")),
+        link=HarqLinkSettings(HarqSettings(bler_source="builtin")),
     )  # fmt: skip
     network = make_network(env, radio)
     ends = upload_ends(env, network, 0, 20_000_000)
@@ -247,12 +248,14 @@ def test_a_share_under_one_prb_time_shares_a_prb_at_the_prbs_snr():
     SNR the curves read is over the PRB (10 dB under that of the narrow share)."""
     env = simpy.Environment()
     radio = make_radio(
-        env, [(200.0, 0.0)], link=LinkSettings("harq", HarqSettings(bler_source="builtin"))
+        env, [(200.0, 0.0)], link=HarqLinkSettings(HarqSettings(bler_source="builtin"))
     )
-    prb_hz = radio.harq[UPLINK].settings.prb_hz
+    prb_hz = radio.link.adaptation[UPLINK].settings.prb_hz
     snr_on_prb = 10 ** (12 / 10)
     narrow = radio.rate_bps(0.1 * prb_hz, 10 * snr_on_prb)  # the SNR over the tenth
-    assert narrow == pytest.approx(0.1 * radio.harq[UPLINK].expected_rate_bps(prb_hz, 12.0))
+    assert narrow == pytest.approx(
+        0.1 * radio.link.adaptation[UPLINK].expected_rate_bps(prb_hz, 12.0)
+    )
     assert narrow == pytest.approx(0.1 * radio.rate_bps(prb_hz, snr_on_prb))
 
 
@@ -262,13 +265,13 @@ def test_an_mcs_whose_blocks_all_fail_is_given_up_on_a_static_channel():
     through, instead of the transfer waiting for a channel change that never comes."""
     env = simpy.Environment()
     settings = HarqSettings(bler_source="builtin")
-    radio = make_radio(env, [(300.0, 0.0)], link=LinkSettings("harq", settings))  # 2.5 dB
-    radio.harq[UPLINK].offsets_db[0] = -15.0
+    radio = make_radio(env, [(300.0, 0.0)], link=HarqLinkSettings(settings))  # 2.5 dB
+    radio.link.adaptation[UPLINK].offsets_db[0] = -15.0
     network = make_network(env, radio)
     ends = upload_ends(env, network, 0, 1_000_000)
     env.run(until=100.0)
     assert len(ends) == 1 and ends[0] != "lost" and ends[0] < 10.0
-    assert radio.harq[UPLINK].offsets_db[0] > -10.0  # the failures raised it
+    assert radio.link.adaptation[UPLINK].offsets_db[0] > -10.0  # the failures raised it
     assert radio.stats[0].blocks.failed > 0
 
 
@@ -285,7 +288,7 @@ def test_a_radio_link_failure_reaches_the_sender_known_to_the_base_station():
     deadline (SimPy throws a copy of the exception: ``known`` must survive it)."""
     env = simpy.Environment()
     settings = HarqSettings(bler_source="builtin")
-    radio = make_radio(env, [(20_000.0, 0.0)], link=LinkSettings("harq", settings))
+    radio = make_radio(env, [(20_000.0, 0.0)], link=HarqLinkSettings(settings))
     network = make_network(env, radio)
     caught = []
 
@@ -304,7 +307,7 @@ def test_a_radio_link_failure_reaches_the_sender_known_to_the_base_station():
 
 def test_per_upload_losses_follow_one_minus_exp_of_minus_m_over_snr_and_are_not_retried():
     env = simpy.Environment()
-    radio = make_radio(env, [(300.0, 0.0)], link=LinkSettings("per_upload", waterfall_m=1.0))
+    radio = make_radio(env, [(300.0, 0.0)], link=PerUploadSettings(waterfall_m=1.0))
     network = make_network(env, radio)
     ends = []
 

@@ -23,16 +23,16 @@ from fedsim.sim.draws import Fading
 from fedsim.sim.event_check import check_events
 from fedsim.sim.events import EventLog
 from fedsim.sim.geometry import RandomWaypoint
+from fedsim.sim.link import IdealSettings, Outage, Shannon, WholeTransferSettings
 from fedsim.sim.network import Network, TransmissionLost
 from fedsim.sim.pathloss import PathLoss
-from fedsim.sim.radio import UPLINK, LinkSettings, Outage, Radio, RadioSettings
+from fedsim.sim.radio import UPLINK, Radio, RadioSettings
 from fedsim.sim.topology import assign_edge_rates
 from fedsim.study import run_scenario
 from tests.conftest import REPO, tiny_scenario
 from tests.radio_golden import CASES, events_of
 
 BAND_HZ = 20e6
-WHOLE = LinkSettings("whole_transfer")  # fedsim's first loss rule, kept as a stress test
 NOISE_DBM_PER_HZ = -174.0
 
 
@@ -111,11 +111,12 @@ def test_an_upload_alone_takes_eight_s_over_the_shannon_rate_by_hand():
 def test_snr_gap_spectral_cap_and_outage_floor_shape_the_rate_as_written():
     env = simpy.Environment()
     assert make_radio(env, [(1, 1)]).rate_bps(1e6, 15.0) == pytest.approx(4e6)
-    gap = make_radio(env, [(1, 1)], snr_gap_db=10 * math.log10(5))
+    gap = make_radio(env, [(1, 1)], link=IdealSettings(Shannon(snr_gap_db=10 * math.log10(5))))
     assert gap.rate_bps(1e6, 15.0) == pytest.approx(2e6)
-    assert make_radio(env, [(1, 1)], max_bits_per_hz=3.0).rate_bps(1e6, 15.0) == pytest.approx(3e6)
+    capped = make_radio(env, [(1, 1)], link=IdealSettings(Shannon(max_bits_per_hz=3.0)))
+    assert capped.rate_bps(1e6, 15.0) == pytest.approx(3e6)
     floor = make_radio(
-        env, [(1, 1)], outage=Outage(snr_threshold_db=10 * math.log10(3)), link=WHOLE
+        env, [(1, 1)], link=WholeTransferSettings(Outage(snr_threshold_db=10 * math.log10(3)))
     )
     assert floor.rate_bps(1e6, 0.01) == pytest.approx(2e6)  # the lowest scheme's rate
 
@@ -151,8 +152,7 @@ def test_rayleigh_outage_fraction_is_one_minus_exp_of_minus_threshold_over_snr()
     threshold_db = 0.0
     radio = rayleigh_radio(
         env, 400.0, coherence_s=None,  # a new fade at every transmission
-        outage=Outage(snr_threshold_db=threshold_db, max_retransmissions=0),
-        link=WHOLE,
+        link=WholeTransferSettings(Outage(snr_threshold_db=threshold_db, max_retransmissions=0)),
     )  # fmt: skip
     outcomes = one_after_another(env, make_network(env, radio), attempts := 4000)
     lost = outcomes.count("lost") / attempts
@@ -410,8 +410,9 @@ def test_packet_error_outage_follows_chens_law():
     waterfall_m = -snr * math.log(0.7)  # q = 1 - exp(-m / SNR) = 0.3
     radio = make_radio(
         env, [(300.0, 0.0)],
-        outage=Outage(model="packet_error", waterfall_m=waterfall_m, max_retransmissions=0),
-        link=WHOLE,
+        link=WholeTransferSettings(
+            Outage(model="packet_error", waterfall_m=waterfall_m, max_retransmissions=0)
+        ),
     )  # fmt: skip
     outcomes = one_after_another(env, make_network(env, radio), attempts := 3000)
     lost = outcomes.count("lost") / attempts

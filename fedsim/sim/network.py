@@ -39,20 +39,20 @@ from typing import Protocol
 import networkx as nx
 import simpy
 
+from fedsim.sim.band import ChannelMedium, ScheduledMedium
 from fedsim.sim.events import EventLog
 from fedsim.sim.medium import (
-    ChannelMedium,
     DedicatedMedium,
     FifoMedium,
     Flow,
     Medium,
-    ScheduledMedium,
     SharedMedium,
     TransmissionLost,
 )
-from fedsim.sim.radio import DOWNLINK, UPLINK, Radio, RadioLink
+from fedsim.sim.radio import Radio
 from fedsim.sim.scheduler import UplinkScheduling, make_scheduler, num_prbs, prb_hz
 from fedsim.sim.topology import peer_route
+from fedsim.sim.transmission import RadioLink
 
 UPLINK_MEDIA = ("parallel", "tdma", "shared")
 UPLINK_SHARING = ("equal", "fixed", "tdma")
@@ -212,7 +212,7 @@ class Network:
         if self.radio is not None:
             settings = self.radio.settings
             band_hz = settings.downlink_bandwidth_hz if downlink else settings.uplink_bandwidth_hz
-            peak_bps = band_hz * settings.max_bits_per_hz
+            peak_bps = band_hz * self.radio.link.peak_bits_per_hz
             return self.latency_s + (8.0 * num_bytes / peak_bps if math.isfinite(peak_bps) else 0)
         link = self.links[client]
         rate_bps = link.downlink_bps if downlink else link.uplink_bps
@@ -272,7 +272,7 @@ class Network:
                 resent = 0
                 if isinstance(channel, RadioLink):
                     channel.finish()
-                    resent = round(channel.tally.failed_bits / 8)
+                    resent = channel.resent_bytes
                 self.log.transfer_abort(
                     transfer, sent, reason=str(stop.cause), retransmitted=resent
                 )
@@ -282,8 +282,8 @@ class Network:
             except TransmissionLost:  # every receiver's radio link failed (harq)
                 channel.finish()
                 self.radio.note_attempt(channel, 0.0, self.env.now - flow.served_s, attempt)
-                self.radio.note_blocks(channel)
-                resent = round(channel.tally.failed_bits / 8)
+                channel.note_blocks()
+                resent = channel.resent_bytes
                 self.log.transfer_abort(
                     transfer, flow.bytes_sent(), reason="radio link failure", retransmitted=resent
                 )
@@ -309,51 +309,23 @@ class Network:
     def _after_attempt(
         self, transfer: int, flow: Flow, channel: RadioLink, attempt: int
     ) -> tuple[list[int], list[int] | None, float]:
-        """Log a radio attempt's outcome; returns the receivers that decoded it, those of the
-        retry (the base station: []) or None when there is none, and the share of the
-        sender's joules wasted (an upload lost whole, or its failed transport blocks).
+        """Log a radio attempt's outcome (its link model's, ``RadioLink.outcome``); returns
+        the receivers that decoded it, those of the retry (the base station: []) or None when
+        there is none, and the share of the sender's joules wasted.
 
-        Raises TransmissionLost when an upload or D2D message has used up its
-        retransmissions, or a per_upload upload is lost (a multicast's losers miss it).
-        """
-        radio = self.radio
+        Raises TransmissionLost when the link model gives the transfer up."""
         channel.finish()
-        radio.note_attempt(channel, 8.0 * flow.num_bytes, self.env.now - flow.served_s, attempt)
-        model = radio.settings.link.model
-        if model == "harq":
-            radio.note_blocks(channel)
-            tally = channel.tally
-            got = [r for r in channel.receivers if self.is_online(r) and r not in channel.dropped]
-            resent = round(tally.failed_bits / 8)
-            to_base_station = channel.direction == UPLINK
-            self.log.transfer_end(transfer, [] if to_base_station else got, retransmitted=resent)
-            return got, None, tally.failed / tally.sent if tally.sent else 0.0
-        if model == "per_upload" and channel.direction == UPLINK and radio.upload_lost(channel):
-            [client] = channel.receivers
-            radio.stats[client].outages += 1
-            radio.stats[client].given_up += 1
-            self.log.transfer_abort(transfer, float(flow.num_bytes), reason="packet_error")
-            raise TransmissionLost(
-                "upload lost to a packet error (per_upload: not retried)", known=True
-            )
-        lost = sorted(channel.missed)
-        to_base_station = channel.direction == UPLINK
-        got = []
-        if to_base_station and lost:
-            self.log.transfer_abort(transfer, float(flow.num_bytes), reason="outage")
+        self.radio.note_attempt(
+            channel, 8.0 * flow.num_bytes, self.env.now - flow.served_s, attempt
+        )
+        outcome = channel.outcome(attempt, self.is_online)
+        if outcome.lost_reason is not None:
+            self.log.transfer_abort(transfer, float(flow.num_bytes), reason=outcome.lost_reason)
         else:
-            got = [r for r in channel.receivers if r not in channel.missed and self.is_online(r)]
-            self.log.transfer_end(transfer, [] if to_base_station else got)
-        lost_online = [r for r in lost if to_base_station or self.is_online(r)]
-        upload_lost = float(to_base_station and bool(lost))
-        if not lost_online:
-            return got, None, upload_lost
-        if attempt >= radio.settings.outage.max_retransmissions:
-            radio.note_given_up(channel)
-            if channel.direction == DOWNLINK:
-                return got, None, upload_lost
-            raise TransmissionLost(f"{channel.direction} lost to outage {attempt + 1} times")
-        return got, [] if to_base_station else lost_online, upload_lost
+            self.log.transfer_end(transfer, outcome.logged, retransmitted=outcome.resent_bytes)
+        if outcome.lost is not None:
+            raise outcome.lost
+        return outcome.got, outcome.retry, outcome.wasted
 
     def upload(
         self, client: int, num_bytes: int

@@ -4,10 +4,8 @@ A client at distance d from the base station (at the origin) sees a channel powe
 g = 10^(-(PL(d) + X)/10) · |h|², with PL a path-loss law, X log-normal shadowing (dB) and
 |h|² small-scale fading (none, Rayleigh, Rician K), block fading re-drawn every
 ``coherence_s`` (or at every transmission). On a band share of b Hz, with transmit power p
-and noise density N0 (times the receiver's noise figure F), the SNR is p·g / (F·N0·b) and the
-rate is Shannon's b·log2(1 + SNR/Γ), with Γ an SNR gap and the spectral efficiency capped at
-the highest modulation and coding scheme. The noise scales with the share, so a rate is not
-linear in its share of the band.
+and noise density N0 (times the receiver's noise figure F), the SNR is p·g / (F·N0·b): the noise
+scales with the share, so a rate is not linear in its share of the band.
 
 Every random draw after the start is *counter based*: the fading of client c's uplink in
 block k is a hash of (seed, c, uplink, k), not the next number of a stream. Draws are made
@@ -15,11 +13,9 @@ lazily, only for links that carry a transfer, so idle clients cost no events; an
 is the same function of time in every run of a scenario (every algorithm meets the same fades,
 whatever it transmits), which makes comparisons of algorithms paired.
 
-A transmission is in *outage* when, in any block it spans, a receiver's SNR is below the
-threshold (the lowest modulation and coding scheme cannot be decoded; the transmitter keeps
-sending at that scheme's rate, not knowing), or, with Chen et al.'s packet-error model, with
-probability q = 1 − exp(−m / SNR) per block. The receiver cannot decode it: its bytes are
-wasted, and the ``Network`` retries it. Geometry, mobility and the draws at the start
+What a transmitter does with the channel (the rate it picks, what is lost, HARQ) is the
+link model's (``fedsim.sim.link``), built once from ``settings.link``; each transmission's
+channel is a ``transmission.RadioLink``. Geometry, mobility and the draws at the start
 (positions, shadowing, transmit powers) are seeded by the World's streams.
 """
 
@@ -34,25 +30,20 @@ import numpy as np
 from fedsim.sim.cells import HexGrid, serving_site
 from fedsim.sim.draws import (
     FADING,
-    HARQ,
     LOS,
-    OUTAGE,
     SHADOWING,
-    UPLOAD,
     Fading,
     block_of,
-    hashed_key,
     hashed_normal_pair,
     hashed_uniform,
 )
 from fedsim.sim.geometry import RandomWaypoint
-from fedsim.sim.link import Harq, HarqSettings, HarqTally, Period
-from fedsim.sim.medium import TransmissionLost
+from fedsim.sim.link import HarqTally, IdealSettings, LinkModel, LinkSettings
 from fedsim.sim.pathloss import PathLoss, Tr38901, UmiStreetCanyon
 from fedsim.sim.scheduler import open_loop_power_dbm, prb_hz
+from fedsim.sim.transmission import D2D, DOWNLINK, UPLINK, RadioLink
 
-UPLINK, DOWNLINK, D2D = 0, 1, 2  # direction codes in the hashed draws
-LINK_MODELS = ("ideal", "harq", "per_upload", "whole_transfer")
+__all__ = ["D2D", "DOWNLINK", "UPLINK", "Radio", "RadioLink", "RadioSettings"]
 
 
 def db_to_linear(db: float | np.ndarray) -> float | np.ndarray:
@@ -64,30 +55,6 @@ def dbm_to_watts(dbm: float | np.ndarray) -> float | np.ndarray:
 
 
 # --- the radio -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Outage:
-    """When a block is lost: SNR below a threshold, or Chen et al.'s packet-error law."""
-
-    model: str = "threshold"  # threshold | packet_error
-    snr_threshold_db: float = 0.0
-    waterfall_m: float = 0.023  # packet_error: q = 1 − exp(−m / SNR)
-    max_retransmissions: int = 3
-
-
-@dataclass(frozen=True)
-class LinkSettings:
-    """What a transmitter does with its channel (``LINK_MODELS``): Shannon's rate with nothing
-    lost (``ideal``), transport blocks with link adaptation and HARQ (``harq``, see
-    ``fedsim.sim.link``), one packet-error draw per upload q = 1 - exp(-m/SNR), lost updates
-    not retried (``per_upload``, Chen et al. TWC 2021; downlink and D2D ideal), or a whole
-    transfer lost when any block of it is in outage (``whole_transfer``, with ``outage``)."""
-
-    model: str = "ideal"
-    harq: HarqSettings = HarqSettings()
-    waterfall_m: float = 10.0 ** (0.023 / 10.0)  # per_upload: m, linear
-    sinr_threshold: float | None = None  # per_upload: decoded iff SINR >= this (linear)
 
 
 @dataclass(frozen=True)
@@ -127,23 +94,14 @@ class RadioSettings:
     uplink_bandwidth_hz: float = 20e6
     downlink_bandwidth_hz: float = 20e6
     d2d_bandwidth_hz: float = 10e6
-    snr_gap_db: float = 0.0
-    max_bits_per_hz: float = math.inf
     min_distance_m: float = 1.0
     cell_radius_m: float = 500.0
-    outage: Outage | None = None  # the whole_transfer link's loss rule
-    link: LinkSettings = LinkSettings()
+    link: LinkSettings = IdealSettings()  # the link model's (``fedsim.sim.link``)
     d2d_path_loss: PathLoss | UmiStreetCanyon = UmiStreetCanyon()
     speed_mps: float | None = None  # random waypoint mobility, when set
     update_s: float = 1.0
     power_control: PowerControl | None = None
     cells: CellSettings | None = None
-
-    def __post_init__(self) -> None:
-        if self.link.model not in LINK_MODELS:
-            raise ValueError(f"link model must be one of {LINK_MODELS}, got {self.link.model!r}")
-        if (self.outage is not None) != (self.link.model == "whole_transfer"):
-            raise ValueError("an outage rule goes with, and only with, the whole_transfer link")
 
 
 @dataclass(slots=True)
@@ -225,10 +183,6 @@ class Radio:
         self.interference_epoch = 0
         self.on_interference_change: Callable[[], None] | None = None  # set by the network
         self.prb_seconds: Callable[[], dict[int, float]] | None = None  # a PRB scheduler's
-        outage = settings.outage
-        threshold = outage is not None and outage.model == "threshold"
-        self._min_snr = 10.0 ** (outage.snr_threshold_db / 10.0) if threshold else 0.0
-        self._gap = 10.0 ** (settings.snr_gap_db / 10.0)
         fading_s = settings.fading.coherence_s if settings.fading.model != "none" else None
         mobility_s = settings.update_s if settings.speed_mps else None
         # The periods at which a channel changes by itself (fading, shadowing, positions).
@@ -239,14 +193,7 @@ class Radio:
         self._walkers: dict[int, RandomWaypoint] = {}
         self._transmissions: dict[tuple[int, int, int], int] = {}  # per-transmission fading
         self.stats = [LinkStats() for _ in range(len(self.start_positions_m))]
-        link = settings.link
-        self.harq: dict[int, Harq] = {}  # per direction, with the harq link model
-        if link.model == "harq":  # D2D (sidelink) uses the uplink's curves
-            self.harq = {
-                UPLINK: Harq(link.harq, "uplink"),
-                DOWNLINK: Harq(link.harq, "downlink"),
-                D2D: Harq(link.harq, "uplink"),
-            }
+        self.link: LinkModel = settings.link.build()
 
     @property
     def num_clients(self) -> int:
@@ -259,6 +206,11 @@ class Radio:
     @property
     def sites_m(self) -> np.ndarray:
         return self._sites_m
+
+    @property
+    def transmitting(self) -> bool:
+        """Whether an upload is on the air in some cell (interference, several cells)."""
+        return bool(self._transmitting)
 
     @property
     def cellular(self) -> bool:
@@ -578,39 +530,35 @@ class Radio:
         self._transmissions[link] = index + 1
         return index
 
-    def block_is_lost(self, snr: float, *counters: int) -> bool:
-        outage = self.settings.outage
-        if outage is None:
-            return False
-        if outage.model == "threshold":
-            return snr < 10.0 ** (outage.snr_threshold_db / 10.0)
-        q = 1.0 - math.exp(-outage.waterfall_m / snr) if snr > 0 else 1.0
-        return hashed_uniform(self.key, OUTAGE, *counters) < q
+    def earlier_fading_gain(
+        self, entity: int, direction: int, block: int, transmission: int, age: int
+    ) -> float | None:
+        """The link's fading ``age`` blocks before ``block`` (or transmissions before, with
+        fading re-drawn per transmission): a stale channel estimate's; None without fading."""
+        fading = self.settings.fading
+        if fading.model == "none":
+            return None
+        counter = block - age if fading.coherence_s else transmission - age
+        return fading.power_gain(self.key, FADING, direction, entity, counter)
 
     def rate_bps(self, bandwidth_hz: float, snr: float, direction: int = UPLINK) -> float:
-        """Shannon's b·min(log2(1 + SNR/Γ), the cap): the rate the transmitter picks on
-        bandwidth_hz at this SNR (never below the outage threshold's rate: the lowest scheme
-        it has). With the harq link, the rate it delivers on average: the MCS it would pick
-        there times 1 − its BLER (0 below the lowest MCS)."""
-        harq = self.harq.get(direction)
-        if harq is not None:  # the SNR over the band its blocks occupy
-            snr *= bandwidth_hz / harq.occupied_hz(bandwidth_hz)
-            return harq.expected_rate_bps(bandwidth_hz, 10.0 * math.log10(snr) if snr > 0 else -300)
-        snr = max(snr, self._min_snr)
-        return bandwidth_hz * min(math.log2(1.0 + snr / self._gap), self.settings.max_bits_per_hz)
+        """The rate the link model gets on bandwidth_hz at this SNR (over that band)."""
+        return self.link.rate_bps(bandwidth_hz, snr, direction)
 
     # --- links: what a medium asks about a transfer in progress ---
 
     def uplink(self, client: int, site: int = 0) -> RadioLink:
         """An upload from the client to the site (several cells: its serving site when the
         upload started; it stays there until it ends)."""
-        return RadioLink(self, UPLINK, [client], float(self.tx_power_w[client]), site=site)
+        power_w = float(self.tx_power_w[client])
+        return self.link.transmission(self, UPLINK, [client], power_w, site=site)
 
     def downlink(self, clients: Sequence[int]) -> RadioLink:
-        return RadioLink(self, DOWNLINK, list(clients), self._base_station_w)
+        return self.link.transmission(self, DOWNLINK, clients, self._base_station_w)
 
     def d2d(self, sender: int, receiver: int) -> RadioLink:
-        return RadioLink(self, D2D, [receiver], float(self.tx_power_w[sender]), peer=sender)
+        power_w = float(self.tx_power_w[sender])
+        return self.link.transmission(self, D2D, [receiver], power_w, peer=sender)
 
     def note_attempt(self, link: RadioLink, bits: float, air_s: float, attempt: int) -> None:
         """Record one transmission on the link (for radio.csv): bits on the air, air time,
@@ -634,294 +582,5 @@ class Radio:
         for client in link.missed if link.direction != D2D else [link.peer]:
             self.stats[client].given_up += 1
 
-    def note_blocks(self, link: RadioLink) -> None:
-        """Add a harq transmission's transport blocks to its clients' records (radio.csv)."""
-        if link.direction == D2D:
-            return
-        for client in link.receivers:
-            self.stats[client].blocks.add(link.tally)
-
-    def upload_lost(self, link: RadioLink) -> bool:
-        """per_upload: whether the upload is lost, once, with q = 1 − exp(−m/SNR) at the SNR
-        it started at (its first block, on the share it had then), or, with an SINR threshold,
-        iff that SINR (other cells' interference included) is below it."""
-        snr = link.first_snr
-        threshold = self.settings.link.sinr_threshold
-        if threshold is not None:
-            return snr < threshold
-        q = 1.0 - math.exp(-self.settings.link.waterfall_m / snr) if snr > 0 else 1.0
-        [client] = link.receivers
-        return hashed_uniform(self.key, UPLOAD, client, link.transmission_of(client)) < q
-
     def noise_w(self, bandwidth_hz: float) -> float:
         return self._noise_w_per_hz * bandwidth_hz
-
-
-@dataclass(eq=False)
-class RadioLink:
-    """One transmission's channel to its receivers: its rate on a band share at the current
-    instant, when that changes, and which receivers lost a block of it (outage).
-
-    The channel state (each receiver's p·g/N0, in Hz: its SNR on b Hz is that over b) is
-    computed once per block and kept until the next change, so re-splitting the band costs a
-    logarithm per receiver, not new draws.
-    """
-
-    radio: Radio
-    direction: int
-    receivers: list[int]
-    power_w: float  # the transmitter's maximum (without power control: what it sends at)
-    peer: int = -1  # d2d: the sender
-    site: int = 0  # uplink: the site it is received at (several cells)
-    tx_power_w: float = 0.0  # uplink: what it transmits at now (power control)
-    radiated_j: float = 0.0  # uplink: energy radiated so far
-    _radiating_since_s: float = math.inf
-    _epoch: int = -1  # the radio's interference epoch its state was computed in
-    missed: set[int] = field(default_factory=set)
-    _transmission: dict[int, int] = field(default_factory=dict)
-    _gain_hz: dict[int, float] = field(default_factory=dict)
-    _block: int = 0
-    _valid_until_s: float = -math.inf
-    _fading: dict[int, float] = field(default_factory=dict)
-    _period: Period | None = None  # harq: the period under way
-    _periods: int = 0
-    _period_entity: int = 0  # whose outer loop the period's blocks update
-    tally: HarqTally = field(default_factory=HarqTally)  # harq: the blocks it sent
-    first_snr: float = 0.0  # per_upload: the SNR its first block started at
-    dropped: set[int] = field(default_factory=set)  # harq: receivers whose radio link failed
-    failure: TransmissionLost | None = None  # harq: every receiver's link failed
-    _waiting_since: dict[int, float] = field(default_factory=dict)  # harq: below the lowest MCS
-    _draw_keys: dict[int, int] = field(default_factory=dict)  # harq: per receiver
-    # The achievable rate per band share (Hz) while the state holds: a scheduler asks for it
-    # at every candidate PRB count of a period.
-    _achievable_bps_on: dict[float, float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.tx_power_w = self.power_w
-        for receiver in self.receivers:
-            entity, other = self._entity(receiver)
-            self._transmission[receiver] = self.radio.transmission_index(
-                self.direction, entity, other
-            )
-
-    def _entity(self, receiver: int) -> tuple[int, int]:
-        """Who the fading belongs to: the client, or the (ordered) pair of a D2D link."""
-        if self.direction == D2D:
-            low, high = sorted((receiver, self.peer))
-            return low * self.radio.num_clients + high, self.peer
-        return receiver, -1
-
-    def _loss_db(self, receiver: int) -> float:
-        if self.direction == D2D:
-            return self.radio.pair_loss_db(self.peer, receiver)
-        if self.direction == UPLINK and self.radio.settings.cells:
-            return self.radio.large_scale_loss_db(receiver, site=self.site)
-        return self.radio.large_scale_loss_db(receiver)
-
-    def _state(self) -> dict[int, float]:
-        """Each receiver's p·g/(N0 + I) (Hz) now, drawn at the first call of each block (and
-        again when other cells' uploads change the interference I)."""
-        radio = self.radio
-        now = radio.now()
-        if now < self._valid_until_s and self._epoch == radio.interference_epoch:
-            return self._gain_hz
-        self._epoch = radio.interference_epoch
-        self._achievable_bps_on.clear()
-        noise_w_per_hz = radio.noise_w(1.0)
-        if self.direction == UPLINK and radio._transmitting:
-            noise_w_per_hz += radio.interference_w_per_hz(self.site)
-        for receiver in self.receivers:
-            entity, _ = self._entity(receiver)
-            fading = radio.fading_gain(entity, self.direction, now, self._transmission[receiver])
-            self._fading[receiver] = fading
-            gain = 10.0 ** (-self._loss_db(receiver) / 10.0) * fading
-            self._gain_hz[receiver] = self.power_w * gain / noise_w_per_hz
-        self._block = radio.fading_block(now)
-        clients = list(self.receivers) + ([self.peer] if self.direction == D2D else [])
-        self._valid_until_s = min(radio.next_change_s(c, now) for c in clients)
-        return self._gain_hz
-
-    def _powered(self, bandwidth_hz: float, *, sends: bool = True) -> dict[int, float]:
-        """The state at the power sent on bandwidth_hz (power control scales it down);
-        ``sends``: the transmitter sends at that power from now (else only a what-if)."""
-        state = self._state()
-        if self.direction != UPLINK or self.radio.settings.power_control is None:
-            return state
-        [client] = self.receivers
-        power_w = self.radio.uplink_power_w(client, bandwidth_hz)
-        if sends and power_w != self.tx_power_w:
-            self._bank_radiated()  # what it radiated so far at its previous power
-            self.tx_power_w = power_w
-        scale = power_w / self.power_w
-        return {receiver: gain_hz * scale for receiver, gain_hz in state.items()}
-
-    def achievable_bps(self, bandwidth_hz: float) -> float:
-        """The rate the weakest receiver would get on bandwidth_hz now (a scheduler's metric):
-        the link's rate (with harq, the delivered rate of the MCS it would pick)."""
-        self._state()  # a new channel state forgets the rates of the last one
-        rate_bps = self._achievable_bps_on.get(bandwidth_hz)
-        if rate_bps is None:
-            snr = min(self._powered(bandwidth_hz, sends=False).values()) / bandwidth_hz
-            rate_bps = self.radio.rate_bps(bandwidth_hz, snr, self.direction)
-            if self.radio.cache_channel:
-                self._achievable_bps_on[bandwidth_hz] = rate_bps
-        return rate_bps
-
-    def _bank_radiated(self) -> None:
-        now = self.radio.now()
-        if self._radiating_since_s < now:
-            self.radiated_j += self.tx_power_w * (now - self._radiating_since_s)
-            self._radiating_since_s = now
-
-    def radiating(self, on: bool) -> None:
-        """The uplink transmitter is on the air (at tx_power_w) from now, or stops: its
-        radiated energy, and the interference it causes in other cells."""
-        if self.direction != UPLINK:
-            return
-        now = self.radio.now()
-        self._bank_radiated()
-        self._radiating_since_s = now if on else math.inf
-        harq = self.radio.harq.get(UPLINK)
-        if not on and harq is not None:  # it lost its PRBs, or ended: its blocks so far
-            self._settle(harq, now)
-        [client] = self.receivers
-        self.radio.set_transmitting(client, self.site, self.tx_power_w if on else None)
-
-    def rate_bps(self, bandwidth_hz: float) -> float:
-        """The rate on this band share now, for the weakest receiver that can decode (every
-        member of a broadcast). Called when a block or the share begins: it also notes which
-        receivers lose this block (outage)."""
-        radio = self.radio
-        state = self._powered(bandwidth_hz)
-        if radio.settings.outage is None:  # nobody loses a block: the weakest sets the rate
-            return radio.rate_bps(bandwidth_hz, min(state.values()) / bandwidth_hz)
-        snrs = {r: gain_hz / bandwidth_hz for r, gain_hz in state.items()}
-        for receiver, snr in snrs.items():
-            if receiver in self.missed:
-                continue
-            entity, _ = self._entity(receiver)
-            counters = (self.direction, entity, self._transmission[receiver], self._block)
-            if radio.block_is_lost(snr, *counters):
-                self.missed.add(receiver)
-        decodable = [snr for r, snr in snrs.items() if r not in self.missed]
-        return radio.rate_bps(bandwidth_hz, min(decodable or snrs.values()))
-
-    def speed_bps(self, bandwidth_hz: float, remaining_bits: float) -> float:
-        """How fast the transfer's information bits get through on this share from now:
-        its rate, or with the harq link the delivered rate of the period that begins (which
-        also settles the period before). Called when a block or the share begins."""
-        harq = self.radio.harq.get(self.direction)
-        if harq is None:
-            rate_bps = self.rate_bps(bandwidth_hz)
-            if not self.first_snr:
-                self.first_snr = min(self._powered(bandwidth_hz).values()) / bandwidth_hz
-            return rate_bps
-        return self._harq_speed(harq, bandwidth_hz, remaining_bits)
-
-    def _harq_speed(self, harq: Harq, bandwidth_hz: float, remaining_bits: float) -> float:
-        """The period that begins now: the MCS for the weakest receiver the lowest MCS reaches
-        (a multicast serves its weakest member); a receiver it does not reach waits, and one
-        that has waited ``link_failure_s`` in a row has lost its radio link (NR's T310): it is
-        dropped from the transmission, which fails when nobody is left. Within a period, a
-        re-split of the band that keeps the PRBs a block occupies only changes its slots."""
-        now = self.radio.now()
-        period = self._period
-        if (
-            period is not None
-            and period.shape is not None
-            and now < min(self._valid_until_s, period.review_s)
-            and not self._waiting_since
-            and harq.prbs(bandwidth_hz) == period.prbs
-        ):
-            period.rescale(now, harq.blocks_per_s(bandwidth_hz))
-            return period.speed_bps
-        state = self._powered(bandwidth_hz)
-        self._settle(harq, now)
-        lowest_db = harq.lowest_threshold_db(bandwidth_hz)
-        occupied_hz = harq.occupied_hz(bandwidth_hz)
-        weakest, weakest_gain, snr_db, estimate_db = -1, math.inf, 0.0, 0.0
-        for receiver in self.receivers:
-            if receiver in self.dropped:
-                continue
-            gain_hz = state[receiver]
-            snr = 10.0 * math.log10(gain_hz / occupied_hz)
-            estimate = self._estimate_db(harq, receiver, snr)
-            if estimate >= lowest_db:
-                self._waiting_since.pop(receiver, None)
-                if gain_hz < weakest_gain:
-                    weakest, weakest_gain, snr_db, estimate_db = receiver, gain_hz, snr, estimate
-            else:  # the failure is due when next_change_s says (the same sum, to the bit)
-                since = self._waiting_since.setdefault(receiver, now)
-                if now >= since + harq.settings.link_failure_s:
-                    self.dropped.add(receiver)
-        if len(self.dropped) == len(self.receivers):
-            self.failure = TransmissionLost("radio link failure", known=True)
-            return 0.0
-        if weakest < 0:
-            self._period = None
-            return 0.0
-        entity, _ = self._entity(weakest)
-        draws = self._draw_keys.get(weakest)
-        if draws is None:
-            transmission = self._transmission[weakest]
-            draws = hashed_key(self.radio.key, HARQ, self.direction, entity, transmission)
-            self._draw_keys[weakest] = draws
-        u = hashed_uniform(draws, self._block, self._periods)
-        self._periods += 1
-        self._period_entity = entity
-        self._period = harq.plan(
-            now, entity, snr_db, estimate_db, bandwidth_hz, remaining_bits,
-            self._valid_until_s - now, u,
-        )  # fmt: skip
-        return self._period.speed_bps
-
-    def _estimate_db(self, harq: Harq, receiver: int, snr_db: float) -> float:
-        """The SNR the transmitter believes in: the block's own, or that of the block (or the
-        transmission, with fading per transmission) ``csi_age_blocks`` before, path loss and
-        shadowing as now."""
-        age = harq.settings.csi_age_blocks
-        radio = self.radio
-        if not age or radio.settings.fading.model == "none":
-            return snr_db
-        entity, _ = self._entity(receiver)
-        if radio.settings.fading.coherence_s:
-            counter = self._block - age
-        else:
-            counter = self._transmission[receiver] - age
-        fading = radio.settings.fading.power_gain(
-            radio.key, FADING, self.direction, entity, counter
-        )
-        return snr_db + 10.0 * math.log10(fading / self._fading[receiver])
-
-    def _settle(self, harq: Harq, now: float) -> None:
-        if self._period is not None:
-            self.tally.add(harq.settle(self._period, now, self._period_entity))
-            self._period = None
-
-    @property
-    def sending(self) -> bool:
-        """Whether the transmitter sends now (with harq, not waiting below the lowest MCS)."""
-        if not self.radio.harq:
-            return True
-        return self._period is not None and self._period.shape is not None
-
-    def finish(self) -> None:
-        """The transmission ended or was cut now: settle its last period (harq)."""
-        harq = self.radio.harq.get(self.direction)
-        if harq is not None:
-            self._settle(harq, self.radio.now())
-
-    def transmission_of(self, receiver: int) -> int:
-        return self._transmission[receiver]
-
-    def next_change_s(self) -> float:
-        """When the channel next changes, a waiting receiver's link fails, or a period whose
-        blocks all fail picks its MCS again (as of the last ``speed_bps``, at this
-        instant)."""
-        change_s = self._valid_until_s
-        if self._period is not None:
-            change_s = min(change_s, self._period.review_s)
-        if not self._waiting_since:
-            return change_s
-        failing_s = self.radio.settings.link.harq.link_failure_s
-        return min(change_s, min(self._waiting_since.values()) + failing_s)

@@ -15,7 +15,6 @@ import simpy
 from fedsim.config import (
     TR38901_KINDS,
     D2DPathLossConfig,
-    LinkConfig,
     PathLossConfig,
     RadioConfig,
     Scenario,
@@ -32,17 +31,19 @@ from fedsim.sim.cells import HexGrid
 from fedsim.sim.draws import Fading
 from fedsim.sim.events import EventLog
 from fedsim.sim.geometry import place_in_annulus
-from fedsim.sim.link import HarqSettings
-from fedsim.sim.network import Link, Network
-from fedsim.sim.pathloss import PathLoss, Tr38901, UmiStreetCanyon
-from fedsim.sim.radio import (
-    CellSettings,
+from fedsim.sim.link import (
+    HarqLinkSettings,
+    HarqSettings,
+    IdealSettings,
     LinkSettings,
     Outage,
-    PowerControl,
-    Radio,
-    RadioSettings,
+    PerUploadSettings,
+    Shannon,
+    WholeTransferSettings,
 )
+from fedsim.sim.network import Link, Network
+from fedsim.sim.pathloss import PathLoss, Tr38901, UmiStreetCanyon
+from fedsim.sim.radio import CellSettings, PowerControl, Radio, RadioSettings
 from fedsim.sim.readers import DeviceProfile, read_positions
 from fedsim.sim.scheduler import UplinkScheduling
 from fedsim.sim.topology import assign_edge_rates, build_graph
@@ -124,7 +125,6 @@ def cell_grid(config: RadioConfig) -> HexGrid | None:
 
 
 def radio_settings(config: RadioConfig) -> RadioSettings:
-    link = config.link
     grid = cell_grid(config)
     cells = config.cells
     law = config.path_loss
@@ -162,19 +162,9 @@ def radio_settings(config: RadioConfig) -> RadioSettings:
         uplink_bandwidth_hz=config.uplink_bandwidth_hz,
         downlink_bandwidth_hz=config.downlink_bandwidth_hz,
         d2d_bandwidth_hz=config.d2d_bandwidth_hz,
-        snr_gap_db=config.snr_gap_db,
-        max_bits_per_hz=config.max_bits_per_hz or math.inf,
         min_distance_m=config.min_distance_m,
         cell_radius_m=config.cell_radius_m if grid is None else layout_radius_m(grid),
-        outage=Outage(
-            model=link.loss,
-            snr_threshold_db=link.snr_threshold_db,
-            waterfall_m=link.waterfall_m,
-            max_retransmissions=link.max_retransmissions,
-        )
-        if link.model == "whole_transfer"
-        else None,  # fmt: skip
-        link=link_settings(link),
+        link=link_settings(config),
         speed_mps=config.mobility.speed_mps if config.mobility else None,
         update_s=config.mobility.update_s if config.mobility else 1.0,
     )
@@ -208,27 +198,36 @@ def path_loss(
     return PathLoss(config.kind)
 
 
-def link_settings(config: LinkConfig) -> LinkSettings:
-    if config.model == "per_upload":
-        threshold_db = config.sinr_threshold_db
-        return LinkSettings(
-            "per_upload", waterfall_m=10.0 ** (config.waterfall_db / 10.0),
+def link_settings(config: RadioConfig) -> LinkSettings:
+    """The link model's settings (``fedsim.sim.link``): Shannon's rate for the models without
+    transport blocks, from the radio's SNR gap and spectral-efficiency cap."""
+    link = config.link
+    shannon = Shannon(config.snr_gap_db, config.max_bits_per_hz or math.inf)
+    if link.model == "ideal":
+        return IdealSettings(shannon)
+    if link.model == "per_upload":
+        threshold_db = link.sinr_threshold_db
+        return PerUploadSettings(
+            waterfall_m=10.0 ** (link.waterfall_db / 10.0),
             sinr_threshold=None if threshold_db is None else 10.0 ** (threshold_db / 10.0),
-        )  # fmt: skip
-    if config.model != "harq":
-        return LinkSettings(config.model)
+            shannon=shannon,
+        )
+    if link.model == "whole_transfer":
+        outage = Outage(link.loss, link.snr_threshold_db, link.waterfall_m,
+                        link.max_retransmissions)  # fmt: skip
+        return WholeTransferSettings(outage, shannon)
     harq = HarqSettings(
-        target_bler=config.target_bler,
-        mcs_table=config.mcs_table,
-        subcarrier_spacing_khz=float(config.subcarrier_spacing_khz),
-        bler_source=config.bler_tables,
-        max_transmissions=config.max_transmissions,
-        combining=config.combining,
-        csi_age_blocks=config.csi_age_blocks,
-        olla_step_db=config.olla.step_db if config.olla else None,
-        link_failure_s=config.link_failure_s,
+        target_bler=link.target_bler,
+        mcs_table=link.mcs_table,
+        subcarrier_spacing_khz=float(link.subcarrier_spacing_khz),
+        bler_source=link.bler_tables,
+        max_transmissions=link.max_transmissions,
+        combining=link.combining,
+        csi_age_blocks=link.csi_age_blocks,
+        olla_step_db=link.olla.step_db if link.olla else None,
+        link_failure_s=link.link_failure_s,
     )
-    return LinkSettings("harq", harq)
+    return HarqLinkSettings(harq)
 
 
 def build_radio(

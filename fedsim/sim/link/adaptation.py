@@ -1,12 +1,10 @@
-"""The link layer: what a transmitter does with the channel the radio gives it.
-
-``harq`` (NR-like, the default of a lossy radio): a transfer is a stream of transport blocks,
-one per slot on the resource blocks of its band share (a share under one PRB time-shares one
-PRB). In each period of a constant channel and share (a fading block, or until the band is
-re-split) the transmitter picks the MCS from its channel estimate: the highest of the NR table
-whose transport-block error rate (``bler.BlerCurves``: code blocks of 38.212's segmentation,
-TBLER = 1 − (1 − BLER)^blocks) is at most ``target_bler`` at the estimate minus the
-outer-loop offset. The real channel of the period decides the blocks that fail; HARQ sends
+"""Link adaptation and HARQ for the ``harq`` link model (``harq.py``): a transfer is a stream of
+transport blocks, one per slot on the resource blocks of its band share (a share under one PRB
+time-shares one PRB). In each period of a constant channel and share (a fading block, or until
+the band is re-split) the transmitter picks the MCS from its channel estimate: the highest of
+the NR table whose transport-block error rate (``bler.BlerCurves``: code blocks of 38.212's
+segmentation, TBLER = 1 − (1 − BLER)^blocks) is at most ``target_bler`` at the estimate minus
+the outer-loop offset. The real channel of the period decides the blocks that fail; HARQ sends
 each again until it gets through (optionally with chase combining: the k-th transmission of a
 block is decoded at k times the SNR), so the transfer goes on with what was delivered, never
 starting over. Below the lowest MCS nothing is sent until the channel changes.

@@ -1,0 +1,189 @@
+"""``harq`` (NR-like, the default of a lossy radio): transport blocks with link adaptation
+and HARQ (``adaptation`` says how a period's MCS and failures are drawn). A receiver the
+lowest MCS does not reach waits; one that has waited ``link_failure_s`` in a row has lost its
+radio link (NR's T310)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fedsim.sim.draws import HARQ, hashed_key, hashed_uniform
+from fedsim.sim.link.adaptation import Harq, HarqSettings, HarqTally, Period
+from fedsim.sim.link.base import LinkModel
+from fedsim.sim.medium import TransmissionLost
+from fedsim.sim.transmission import D2D, DOWNLINK, UPLINK, Outcome, RadioLink
+
+if TYPE_CHECKING:
+    from fedsim.sim.radio import Radio
+
+
+@dataclass(frozen=True)
+class HarqLinkSettings:
+    harq: HarqSettings = HarqSettings()
+
+    def build(self) -> HarqLink:
+        return HarqLink(self.harq)
+
+
+class HarqLink(LinkModel):
+    """Link adaptation and HARQ per direction (D2D, a sidelink, uses the uplink's curves);
+    the outer loops of every link persist across its transfers."""
+
+    name = "harq"
+
+    def __init__(self, settings: HarqSettings) -> None:
+        self.settings = settings
+        self.adaptation = {
+            UPLINK: Harq(settings, "uplink"),
+            DOWNLINK: Harq(settings, "downlink"),
+            D2D: Harq(settings, "uplink"),
+        }
+
+    def rate_bps(self, bandwidth_hz: float, snr: float, direction: int) -> float:
+        """The rate it delivers on average: the MCS it would pick there times 1 − its BLER
+        (0 below the lowest MCS), at the SNR over the band its blocks occupy."""
+        harq = self.adaptation[direction]
+        snr *= bandwidth_hz / harq.occupied_hz(bandwidth_hz)
+        return harq.expected_rate_bps(bandwidth_hz, 10.0 * math.log10(snr) if snr > 0 else -300)
+
+    def transmission(
+        self, radio: Radio, direction: int, receivers: Sequence[int], power_w: float,
+        *, peer: int = -1, site: int = 0,
+    ) -> RadioLink:  # fmt: skip
+        link = HarqTransmission(radio, direction, list(receivers), power_w, peer, site)
+        link.harq = self.adaptation[direction]
+        return link
+
+
+class HarqTransmission(RadioLink):
+    """A stream of transport blocks in periods of one MCS (``adaptation.Period``)."""
+
+    harq: Harq
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.tally = HarqTally()  # the blocks it sent
+        self._period: Period | None = None  # the period under way
+        self._periods = 0
+        self._period_entity = 0  # whose outer loop the period's blocks update
+        self._waiting_since: dict[int, float] = {}  # receivers below the lowest MCS
+        self._draw_keys: dict[int, int] = {}  # per receiver
+
+    def speed_bps(self, bandwidth_hz: float, remaining_bits: float) -> float:
+        """The delivered rate of the period that begins now (which also settles the period
+        before): the MCS for the weakest receiver the lowest MCS reaches (a multicast serves
+        its weakest member); a receiver it does not reach waits, and one that has waited
+        ``link_failure_s`` in a row is dropped from the transmission, which fails when nobody
+        is left. Within a period, a re-split of the band that keeps the PRBs a block occupies
+        only changes its slots."""
+        harq = self.harq
+        now = self.radio.now()
+        period = self._period
+        if (
+            period is not None
+            and period.shape is not None
+            and now < min(self._valid_until_s, period.review_s)
+            and not self._waiting_since
+            and harq.prbs(bandwidth_hz) == period.prbs
+        ):
+            period.rescale(now, harq.blocks_per_s(bandwidth_hz))
+            return period.speed_bps
+        state = self._powered(bandwidth_hz)
+        self.finish()
+        lowest_db = harq.lowest_threshold_db(bandwidth_hz)
+        occupied_hz = harq.occupied_hz(bandwidth_hz)
+        weakest, weakest_gain, snr_db, estimate_db = -1, math.inf, 0.0, 0.0
+        for receiver in self.receivers:
+            if receiver in self.dropped:
+                continue
+            gain_hz = state[receiver]
+            snr = 10.0 * math.log10(gain_hz / occupied_hz)
+            estimate = self._estimate_db(receiver, snr)
+            if estimate >= lowest_db:
+                self._waiting_since.pop(receiver, None)
+                if gain_hz < weakest_gain:
+                    weakest, weakest_gain, snr_db, estimate_db = receiver, gain_hz, snr, estimate
+            else:  # the failure is due when next_change_s says (the same sum, to the bit)
+                since = self._waiting_since.setdefault(receiver, now)
+                if now >= since + harq.settings.link_failure_s:
+                    self.dropped.add(receiver)
+        if len(self.dropped) == len(self.receivers):
+            self.failure = TransmissionLost("radio link failure", known=True)
+            return 0.0
+        if weakest < 0:
+            self._period = None
+            return 0.0
+        entity, _ = self._entity(weakest)
+        draws = self._draw_keys.get(weakest)
+        if draws is None:
+            transmission = self._transmission[weakest]
+            draws = hashed_key(self.radio.key, HARQ, self.direction, entity, transmission)
+            self._draw_keys[weakest] = draws
+        u = hashed_uniform(draws, self._block, self._periods)
+        self._periods += 1
+        self._period_entity = entity
+        self._period = harq.plan(
+            now, entity, snr_db, estimate_db, bandwidth_hz, remaining_bits,
+            self._valid_until_s - now, u,
+        )  # fmt: skip
+        return self._period.speed_bps
+
+    def _estimate_db(self, receiver: int, snr_db: float) -> float:
+        """The SNR the transmitter believes in: the block's own, or that of the block (or the
+        transmission, with fading per transmission) ``csi_age_blocks`` before, path loss and
+        shadowing as now."""
+        age = self.harq.settings.csi_age_blocks
+        if not age:
+            return snr_db
+        entity, _ = self._entity(receiver)
+        counter = self._transmission[receiver]
+        fading = self.radio.earlier_fading_gain(entity, self.direction, self._block, counter, age)
+        if fading is None:  # no fading: the estimate is exact
+            return snr_db
+        return snr_db + 10.0 * math.log10(fading / self._fading[receiver])
+
+    def finish(self) -> None:
+        """Settle the period under way: its blocks so far, and the outer loop's update."""
+        if self._period is not None:
+            self.tally.add(self.harq.settle(self._period, self.radio.now(), self._period_entity))
+            self._period = None
+
+    @property
+    def sending(self) -> bool:
+        """Whether the transmitter sends now (not waiting below the lowest MCS)."""
+        return self._period is not None and self._period.shape is not None
+
+    def next_change_s(self) -> float:
+        """When the channel next changes, a waiting receiver's link fails, or a period whose
+        blocks all fail picks its MCS again (as of the last ``speed_bps``, at this
+        instant)."""
+        change_s = self._valid_until_s
+        if self._period is not None:
+            change_s = min(change_s, self._period.review_s)
+        if not self._waiting_since:
+            return change_s
+        failing_s = self.harq.settings.link_failure_s
+        return min(change_s, min(self._waiting_since.values()) + failing_s)
+
+    def note_blocks(self) -> None:
+        if self.direction == D2D:
+            return
+        for client in self.receivers:
+            self.radio.stats[client].blocks.add(self.tally)
+
+    @property
+    def resent_bytes(self) -> int:
+        return round(self.tally.failed_bits / 8)
+
+    def outcome(self, attempt: int, is_online: Callable[[int], bool]) -> Outcome:
+        """Delivered to every receiver still reachable (HARQ retried what failed on the way);
+        the sender's wasted share is that of its failed blocks."""
+        self.note_blocks()
+        tally = self.tally
+        got = [r for r in self.receivers if is_online(r) and r not in self.dropped]
+        logged = [] if self.direction == UPLINK else got
+        wasted = tally.failed / tally.sent if tally.sent else 0.0
+        return Outcome(got, None, wasted, logged, resent_bytes=self.resent_bytes)
