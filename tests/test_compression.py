@@ -62,18 +62,130 @@ def test_qsgd_levels_and_bucket_norms_decode_exactly():
     assert norms[0] == pytest.approx(float(x[:512].norm()), rel=1e-6)
 
 
-def test_elias_gamma_round_trips_every_value_and_sign():
+def omega(k: int) -> str:
+    """Elias's recursive (ω) code of k ≥ 1, the textbook way: a closing 0, and while k > 1
+    the binary of k put in front and k ← its length − 1."""
+    code = "0"
+    while k > 1:
+        code = f"{k:b}" + code
+        k = k.bit_length() - 1
+    return code
+
+
+def qsgd_code_bits(levels, negative) -> str:
+    """The QSGD elias string (norms apart), one number at a time: ω(gap) sign ω(l) for each
+    nonzero, then ω(distance to d + 1)."""
+    out, last = [], 0
+    for position, (level, minus) in enumerate(zip(levels, negative, strict=True), start=1):
+        if level:
+            out += [omega(position - last), "1" if minus else "0", omega(int(level))]
+            last = position
+    return "".join(out + [omega(len(levels) + 1 - last)])
+
+
+def test_elias_omega_codes_by_hand_and_parsed_at_every_start():
+    # by hand: 1 → 0; 2 → 10 0; 3 → 11 0; 4 → 10 100 0; 11 → 11 1011 0; 27 → 10 100 11011 0
+    hand = {1: "0", 2: "100", 3: "110", 4: "101000", 11: "1110110", 27: "10100110110"}
+    assert {k: omega(k) for k in hand} == hand
     rng = np.random.default_rng(0)
-    values = np.concatenate([rng.integers(1, 40, 5000), [1, 1, 2, 3, 4, 7, 8, 33]])
-    sign = np.where(values > 1, rng.integers(0, 2, len(values)), -1)
-    bits = codecs._elias_gamma(values, sign)
-    assert len(bits) == sum(2 * int(math.log2(v)) + 1 for v in values) + (values > 1).sum()
-    decoded, negative = codecs._elias_gamma_decode(bits, len(values))
-    assert decoded.tolist() == values.tolist()
-    assert negative.tolist() == (sign == 1).tolist()
-    # the codes of 1, 2, 5 (+), 4 (−) by hand: 1 | 010 0 | 00101 0 | 00100 1
-    hand = codecs._elias_gamma(np.array([1, 2, 5, 4]), np.array([-1, 0, 0, 1]))
-    assert "".join(map(str, hand)) == "1" + "0100" + "001010" + "001001"
+    values = np.concatenate([[1, 2, 3, 4, 7, 8, 15, 16, 65535, 65536, 2**40 + 3],
+                             rng.integers(1, 2**20, 3000), rng.integers(1, 5, 3000)])  # fmt: skip
+    fields = codecs._elias_omega(values)
+    bits = codecs._pack(*fields)
+    assert "".join(map(str, bits)) == "".join(omega(int(k)) for k in values)
+    end, value = codecs._elias_omega_parse(bits, max_width=41)
+    starts = np.concatenate([[0], np.cumsum([len(omega(int(k))) for k in values])[:-1]])
+    assert value[starts].tolist() == values.tolist()
+    assert end[starts].tolist() == [*starts[1:].tolist(), len(bits)]
+
+
+def test_qsgd_elias_is_the_papers_code_bit_for_bit():
+    # Alistarh et al. 2017, Section 3.1: 40 numbers in buckets of 16, s = 4.
+    # bucket 1 (positions 1-16): 0.5 at 2, 1.5 at 3, -1 at 5, 0.5 at 7, -0.5 at 8: norm 2
+    #   (0.25 + 2.25 + 1 + 0.25 + 0.25 = 4), levels 4·|x|/2 = 1, 3, 2, 1, 1 (exact: no
+    #   rounding); bucket 2 (17-32): zeros, norm 0; bucket 3 (33-40): -3 at 35, norm 3,
+    #   level 4. Norms 2.0, 0.0, 3.0: 3 float32 = 96 bits, then per nonzero ω(gap) sign ω(l):
+    #   pos 2:  gap 2 = 100,  + 0, l 1 = 0                       5 bits
+    #   pos 3:  gap 1 = 0,    + 0, l 3 = 110                     5
+    #   pos 5:  gap 2 = 100,  − 1, l 2 = 100                     7
+    #   pos 7:  gap 2 = 100,  + 0, l 1 = 0                       5
+    #   pos 8:  gap 1 = 0,    − 1, l 1 = 0                       3
+    #   pos 35: gap 27 = 10 100 11011 0 (crosses bucket 2), − 1, l 4 = 10 100 0    18
+    #   end: 41 − 35 = 6 = 10 110 0                              6
+    # 49 bits, 145 with the norms; 7 zero bits pad them to 19 bytes. (The old coding,
+    # Elias gamma of l + 1 for every number, spent 62 bits on the levels: 20 bytes.)
+    x = torch.zeros(40)
+    x[[1, 2, 4, 6, 7, 34]] = torch.tensor([0.5, 1.5, -1.0, 0.5, -0.5, -3.0])
+    code = "100" + "0" + "0" + "0" + "0" + "110" + "100" + "1" + "100" + "100" + "0" + "0"
+    code += "0" + "1" + "0" + "10100110110" + "1" + "101000" + "101100"  # ..., pos 35, end
+    assert len(code) == 49
+    codec = codecs.QSGD(4, 16, "elias")
+    data = codec.encode(x, context([x.shape]))
+    norms = np.array([2.0, 0.0, 3.0], dtype=np.float32).view(np.uint8)
+    packed = np.packbits(np.array([int(b) for b in code], dtype=np.uint8))
+    assert len(data) == 19 == 3 * 4 + math.ceil(49 / 8)
+    assert data.tolist() == norms.tolist() + packed.tolist()
+    assert torch.equal(codec.decode(data, 40, context([x.shape])), x)
+
+
+@pytest.mark.parametrize("bucket", [None, 1, 7, 512])
+@pytest.mark.parametrize("s", [1, 2, 4, 16, 255])
+def test_qsgd_elias_round_trips_exactly_and_its_size_is_its_bits(bucket, s):
+    rng = np.random.default_rng(s * 1000 + (bucket or 0))
+    for n in (1, 5, 700, 3000):
+        x = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+        x[torch.from_numpy(rng.random(n) < 0.3)] = 0  # runs of zeros
+        for vector in (x, torch.zeros(n)):
+            codec = codecs.QSGD(s, bucket, "elias")
+            norms, levels, negative = codec.quantize(vector, torch.Generator().manual_seed(n))
+            data = codec.encode(vector, context([vector.shape], seed=n))
+            bits = qsgd_code_bits(levels.tolist(), negative.tolist())
+            assert len(data) == 4 * len(norms) + math.ceil(len(bits) / 8)
+            decoded, negatives = codecs._qsgd_decode(np.unpackbits(data[4 * len(norms) :]), n, s)
+            assert decoded.tolist() == levels.tolist()
+            assert negatives[decoded > 0].tolist() == negative[levels > 0].tolist()
+            norm_of = norms.repeat_interleave(bucket or n)[:n].double()
+            expected = norm_of * levels / s * torch.where(negative, -1.0, 1.0).double()
+            assert torch.equal(codec.decode(data, n, context()), expected.float())
+
+
+def theorem_3_2_bits(n: int, s: int) -> float:
+    """Alistarh et al., QSGD (NeurIPS 2017), Theorem 3.2: in expectation the bits to send
+    Q_s(v), v in R^n, are at most
+        (3 + (3/2 + o(1)) log(2(s² + n) / (s(s + √n)))) · s(s + √n) + 32,
+    log base 2. The o(1) (from |Elias(k)| ≤ (1 + o(1)) log k + 1) is taken as 0: a bound
+    stricter than the paper's, which holds on these vectors all the same. The theorem
+    fixes s ≥ 2; its "sparse regime" (s = 1) reads the same bound, checked here too."""
+    nnz = s * (s + math.sqrt(n))
+    return (3 + 1.5 * math.log2(2 * (s * s + n) / nnz)) * nnz + 32
+
+
+@pytest.mark.parametrize("s", [1, 2, 4, 16])
+@pytest.mark.parametrize("bucket", [None, 512])
+def test_qsgd_elias_size_is_within_the_papers_bound(s, bucket):
+    for n in (1000, 10_000, 101_770):
+        x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        size = len(codecs.QSGD(s, bucket, "elias").encode(x, context([x.shape], seed=s)))
+        width = bucket or n  # bucketed: the bound per bucket (Section 4), summed
+        full, rest = divmod(n, width)
+        bound = full * theorem_3_2_bits(width, s) + (rest and theorem_3_2_bits(rest, s))
+        assert 8 * size <= bound
+
+
+def test_qsgd_elias_one_bucket_of_a_million_is_within_the_bound_not_15x_above():
+    # the old coding (Elias gamma of l + 1 for every number) sent about a bit per number:
+    # 15x the bound for s = 4 and one bucket of 10^6 numbers
+    n, s = 1_000_000, 4
+    x = torch.randn(n, generator=torch.Generator().manual_seed(5))
+    codec = codecs.QSGD(s, None, "elias")
+    norms, levels, negative = codec.quantize(x, torch.Generator().manual_seed(6))
+    gamma = 2 * np.floor(np.log2(levels.numpy() + 1)) + 1
+    old_bits = 32 + gamma.sum() + (levels > 0).sum().item()
+    assert old_bits > 14 * theorem_3_2_bits(n, s)
+    data = codec.encode(x, context([x.shape], seed=6))
+    assert 8 * len(data) <= theorem_3_2_bits(n, s)
+    expected = norms.double() * levels / s * torch.where(negative, -1.0, 1.0).double()
+    assert torch.equal(codec.decode(data, n, context()), expected.float())
 
 
 # --- sparsifiers ---
@@ -186,9 +298,13 @@ def test_every_codec_encoded_size_equals_a_hand_count():
         "powersgd": 4 * (1 * (4 + 4) + 4),  # P 4x1, Q 4x1, the bias as it is
     }
     codec = codecs.QSGD(2, None, "elias")
-    norms, levels, _ = codec.quantize(x, torch.Generator().manual_seed(11))
-    bits = 32 + sum(2 * int(math.log2(int(v) + 1)) + 1 + (v > 0) for v in levels)
-    assert roundtrip(codec, x, context(shapes, seed=11))[0] == math.ceil((bits - 32) / 8) + 4
+    norms, levels, negative = codec.quantize(x, torch.Generator().manual_seed(11))
+    nonzero = np.flatnonzero(levels)  # ω(gap), a sign, ω(l) each, then ω(distance to d + 1)
+    gaps = np.diff(nonzero, prepend=-1, append=20)
+    bits = sum(len(omega(int(g))) for g in gaps) + len(nonzero)
+    bits += sum(len(omega(int(level))) for level in levels[nonzero])
+    assert bits == len(qsgd_code_bits(levels.tolist(), negative.tolist()))
+    assert roundtrip(codec, x, context(shapes, seed=11))[0] == 4 + math.ceil(bits / 8)
 
 
 # --- in a run ---

@@ -48,8 +48,10 @@ class QsgdCodec(_CodecBase):
     )
     coding: Literal["elias", "fixed"] = Field(
         default="elias",
-        description="elias: Elias gamma of level + 1 and a sign where nonzero (the paper's); "
-        "fixed: 1 + ceil(log2(s + 1)) bits per number",
+        description="elias: the paper's code (its Section 3.1): each nonzero level as the "
+        "Elias recursive (omega) codes of its distance from the previous nonzero and of the "
+        "level, and a sign bit (zeros cost nothing but the distances); fixed: "
+        "1 + ceil(log2(s + 1)) bits per number",
     )
 
 

@@ -9,8 +9,12 @@ b buckets, k kept, L layers; scales and values are float32):
 - ``cast``: fp16 / bf16, 16·d; int8, 32 per layer (its scale max|x|/127) + 8·d.
 - ``qsgd`` (Alistarh et al. 2017): per bucket a float32 norm; per number a level
   l = ⌊s|x|/‖x‖ + u⌋ (stochastic rounding, unbiased) and a sign. ``fixed`` coding spends
-  1 + ⌈log2(s+1)⌉ bits on each; ``elias`` codes l + 1 in Elias gamma (2⌊log2(l+1)⌋ + 1
-  bits) and a sign bit only where l > 0: 32·b + Σ(2⌊log2(l+1)⌋ + 1) + nnz.
+  1 + ⌈log2(s+1)⌉ bits on each. ``elias`` is the paper's code (its Section 3.1): only the
+  numbers with l > 0, each as the Elias recursive (ω) code of its distance from the
+  previous one, a sign bit and ω(l), then ω(distance from the last to d + 1) to end:
+  32·b + Σ_{l>0} (|ω(gap)| + 1 + |ω(l)|) + |ω(end)|, where |ω(k)| is 1 plus the bit
+  lengths of k, ⌊log2 k⌋, ⌊log2 ⌊log2 k⌋⌋, ... while they exceed 1 (|ω(1)| = 1,
+  |ω(2)| = |ω(3)| = 3, |ω(4..7)| = 6); ``QSGD`` says what the paper leaves open.
 - ``topk``: the k largest magnitudes; k indices at ⌈log2 d⌉ bits each + k float32 values.
 - ``randk`` (Stich et al. 2018): k numbers at indices drawn from a 32-bit seed sent along
   (32 + 32·k); scaled by d/k, unbiased, when ``rescale``.
@@ -102,7 +106,33 @@ class Cast(Codec):
 
 
 class QSGD(Codec):
-    """QSGD with ``levels`` = s quantization levels per bucket of ``bucket_size`` numbers."""
+    """QSGD with ``levels`` = s quantization levels per bucket of ``bucket_size`` numbers.
+
+    ``elias`` is the code of Alistarh et al. (NeurIPS 2017, Section 3.1, "Efficient Coding
+    of Gradients"): the norm in 32 bits; then "the position of the first nonzero entry" in
+    Elias recursive coding, a bit for its sign and Elias(level); then for each further
+    nonzero "the distance from the current coordinate to the next nonzero", its sign and
+    its level the same way. Positions count from 1, so a distance is the run of zeros
+    before the nonzero plus 1, and a level coded is ≥ 1. Elias recursive coding is Elias's
+    ω code (Elias 1975; ``_elias_omega``): the binary of k preceded, recursively, by the
+    code of its length, |Elias(k)| = log k + log log k + ... + 1.
+
+    What the paper leaves open, and the choice made here:
+
+    - Buckets (the paper's Section 4 quantizes each independently): the b norms come first,
+      as float32 bytes, then one string for the whole vector whose distances run on across
+      the buckets' boundaries (the receiver knows which bucket a position is in). The
+      same bits as a norm before each bucket's nonzeros; restarting the distances at each
+      bucket would need an end per bucket.
+    - The end: the paper's decoder reads until its string ends; here the string ends with
+      the ω code of the distance from the last nonzero to the position d + 1 (no sign, no
+      level; ω(d + 1) for a vector of zero levels), so the zeros padding the message to
+      whole bytes are never read as codes.
+    - A sign bit of 1 is negative.
+
+    The message is 4·b + ⌈bits/8⌉ bytes for the code's bits, exactly what ``encode``
+    produces: bits = Σ over the nonzeros (|ω(gap)| + 1 + |ω(l)|) + |ω(end)|.
+    """
 
     name = "qsgd"
 
@@ -146,7 +176,7 @@ class QSGD(Codec):
                 [negative[:, None], _to_bits(levels, self.level_bits)], axis=1
             ).reshape(-1)
         else:
-            bits = _elias_gamma(levels + 1, sign=np.where(levels > 0, negative, -1))
+            bits = _qsgd_code(levels, negative)
         return np.concatenate([norms.numpy().view(np.uint8), np.packbits(bits)])
 
     def decode(self, data: np.ndarray, numel: int, context: Context) -> torch.Tensor:
@@ -157,8 +187,7 @@ class QSGD(Codec):
             fields = bits[: numel * (1 + self.level_bits)].reshape(numel, 1 + self.level_bits)
             negative, levels = fields[:, 0].astype(bool), _from_bits(fields[:, 1:])
         else:
-            levels, negative = _elias_gamma_decode(bits, numel)
-            levels -= 1
+            levels, negative = _qsgd_decode(bits, numel, self.levels)
         width = numel if not self.bucket_size else self.bucket_size
         norm_of = np.repeat(norms, width)[:numel].astype(np.float64)
         with np.errstate(invalid="ignore"):  # a non-finite norm: NaN, as it was sent
@@ -372,58 +401,123 @@ def _from_bits(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.int64) << np.arange(width - 1, -1, -1, dtype=np.int64)).sum(axis=1)
 
 
-def _elias_gamma(values: np.ndarray, sign: np.ndarray) -> np.ndarray:
-    """The Elias gamma codes of ``values`` (≥ 1), each followed by its ``sign`` bit where
-    sign ≥ 0 (−1: none), concatenated: N zeros, then the N + 1 bits of the value."""
-    floor_log = np.floor(np.log2(values)).astype(np.int64)
-    has_sign = sign >= 0
-    lengths = 2 * floor_log + 1 + has_sign
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    bits = np.zeros(int(lengths.sum()), dtype=np.uint8)
-    for n in np.unique(floor_log):  # a few code lengths: one vectorised pass each
-        rows = np.flatnonzero(floor_log == n)
-        body = _to_bits(values[rows], n + 1)
-        positions = starts[rows, None] + n + np.arange(n + 1)
-        bits[positions] = body
-    bits[(starts + lengths - 1)[has_sign]] = sign[has_sign]
-    return bits
+def _bit_length(values: np.ndarray) -> np.ndarray:
+    """The bits of each positive integer (< 2^53): ⌊log2 k⌋ + 1, exactly (frexp, no log)."""
+    return np.frexp(values.astype(np.float64))[1].astype(np.int64)
 
 
-def _elias_gamma_decode(bits: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """``count`` (value, negative) pairs back from ``_elias_gamma``'s stream (a value of 1
-    has no sign bit).
+def _pack(values: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """Each value in its width of bits, most significant first, concatenated in order (the
+    arrays' row-major order); a width of 0 writes nothing."""
+    used = widths.reshape(-1) > 0
+    values, widths = values.reshape(-1)[used], widths.reshape(-1)[used].astype(np.int32)
+    ends = np.cumsum(widths, dtype=np.int64)
+    if not len(ends):
+        return np.zeros(0, dtype=np.uint8)
+    index = np.int32 if ends[-1] < 2**31 else np.int64
+    field = np.repeat(np.arange(len(widths), dtype=index), widths)  # each bit's field
+    shift = ends.astype(index)[field] - 1 - np.arange(len(field), dtype=index)  # from the right
+    return ((values[field] >> shift) & 1).astype(np.uint8)
 
-    Where each code starts depends on every code before it; instead of a loop over the
-    codes, every bit position gets the position its code would end at if one started
-    there, and the starts are that map's orbit from 0, by doubling: O(n log n) in numpy.
-    """
-    n = len(bits)
-    ones = np.flatnonzero(bits)
-    next_one = np.full(n + 1, n, dtype=np.int64)  # first 1 at or after each position
-    next_one[ones] = ones
-    next_one = np.minimum.accumulate(next_one[::-1])[::-1]
-    zeros = next_one[:n] - np.arange(n)
-    max_zeros = int(np.max(zeros[next_one[:n] < n], initial=0))
-    width = max_zeros + 1
-    padded = np.concatenate([bits, np.zeros(2 * width + 2, dtype=np.uint8)]).astype(np.int64)
-    # value if a code started at p: the N + 1 bits from the first 1 on
-    value = np.zeros(n, dtype=np.int64)
-    for w in range(1, width + 1):
-        rows = np.flatnonzero(zeros == w - 1)
-        window = padded[next_one[rows, None] + np.arange(w)]
-        value[rows] = (window << np.arange(w - 1, -1, -1)).sum(axis=1)
-    lengths = 2 * zeros + 1 + (value > 1)
-    follow = np.minimum(np.arange(n) + lengths, n)  # where the next code starts
-    jump = np.append(follow, n)
-    starts = np.array([0], dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
-    while len(starts) < count:
-        grown = np.unique(np.concatenate([starts, jump[starts]]))
-        grown = grown[grown < n][:count]
-        if len(grown) == len(starts):
-            raise ValueError(f"the stream holds {len(starts)} Elias codes, not {count}")
-        starts = grown
-        jump = jump[jump]
-    starts = np.sort(starts)[:count]
-    values = value[starts]
-    negative = (values > 1) & (padded[starts + lengths[starts] - 1] == 1)
-    return values, negative
+
+def _elias_omega(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Elias's recursive (ω) codes of ``values`` (≥ 1), as fields for ``_pack``: one row per
+    value of (value, width) fields, ω(k) = [ω-groups of the length] k in binary, 0.
+
+    The code ends in a 0; before it k in binary (if k > 1), before that the bit length of
+    k minus 1 in binary (if that is > 1), and so on: ω(1) = 0, ω(2) = 10 0, ω(3) = 11 0,
+    ω(4) = 10 100 0, ω(11) = 11 1011 0, ω(16) = 10 100 10000 0. Its length is 1 plus the
+    bit lengths of the groups: about log k + log log k + ... + 1 (Elias 1975)."""
+    groups = [values.astype(np.int64)]  # k, then bit length − 1 while it is > 1
+    while (groups[-1] > 1).any():
+        groups.append(np.where(groups[-1] > 1, _bit_length(groups[-1]) - 1, 1))
+    groups = groups[:-1][::-1]  # the innermost length first, k last
+    numbers = np.stack([*groups, np.zeros_like(values, dtype=np.int64)], axis=1)
+    widths = np.where(numbers > 1, _bit_length(np.maximum(numbers, 1)), 0)
+    widths[:, -1] = 1  # the closing 0
+    return numbers, widths
+
+
+def _elias_omega_parse(bits: np.ndarray, max_width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(end, value) of the ω code that would start at each bit position: where it ends (the
+    next code's start) and its number; ``len(bits)`` and 0 where none can start (it runs
+    past the stream, or a group is wider than ``max_width`` bits, more than any number the
+    stream holds). Both arrays have two more entries, ``len(bits)`` and 0, for the ends.
+
+    ω decodes from N = 1: a 0 ends the code with N; a 1 starts a group of N + 1 bits whose
+    number is the next N. Every position at once, a group at a time (at most 5 for any
+    64-bit number), reading a group from a 64-bit window of the bytes at each position."""
+    if max_width > 56:
+        raise ValueError(f"Elias groups of {max_width} bits: more than 56")
+    m = len(bits)
+    raw = np.concatenate([np.packbits(bits), np.zeros(9, dtype=np.uint8)])
+    words = np.ndarray((len(raw) - 7,), dtype=">u8", buffer=raw, strides=(1,))
+    words = words.astype(np.uint64)  # the 64 bits from each byte on
+    end = np.full(m + 2, m, dtype=np.int64)
+    value = np.zeros(m + 2, dtype=np.int64)
+    at = np.arange(m, dtype=np.int64)  # the codes' starts still being read
+    pos, number = at.copy(), np.ones(m, dtype=np.int64)
+    while len(at):
+        inside = pos < m
+        at, pos, number = at[inside], pos[inside], number[inside]
+        closed = bits[pos] == 0
+        end[at[closed]] = pos[closed] + 1
+        value[at[closed]] = number[closed]
+        more = ~closed & (number < max_width)  # its group of number + 1 bits fits the width
+        at, pos, number = at[more], pos[more], number[more]
+        width = (number + 1).astype(np.uint64)
+        window = words[pos >> 3] << (pos & 7).astype(np.uint64)  # ≥ 57 bits from pos on
+        number = (window >> (np.uint64(64) - width)).astype(np.int64)
+        pos = pos + width.astype(np.int64)
+    return end, value
+
+
+def _qsgd_code(levels: np.ndarray, negative: np.ndarray) -> np.ndarray:
+    """Alistarh et al.'s string for the levels and signs of a vector (its norms apart): for
+    each nonzero level, ω(distance from the previous nonzero, or position + 1 for the first),
+    its sign bit (1: negative), ω(level); then ω(distance to position d + 1), the end."""
+    nonzero = np.flatnonzero(levels)
+    gaps = np.diff(nonzero, prepend=-1, append=len(levels))  # the last one: to d + 1
+    gap_numbers, gap_widths = _elias_omega(gaps)
+    level_numbers, level_widths = _elias_omega(np.append(levels[nonzero], 1))
+    level_widths[-1] = 0  # the end has no sign and no level
+    sign = np.append(negative[nonzero], 0).astype(np.int64)[:, None]
+    numbers = np.concatenate([gap_numbers, sign, level_numbers], axis=1)
+    widths = np.concatenate([gap_widths, np.ones_like(sign), level_widths], axis=1)
+    widths[-1, gap_widths.shape[1]] = 0
+    return _pack(numbers, widths)
+
+
+def _qsgd_decode(bits: np.ndarray, count: int, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """(level, negative) of each of ``count`` numbers back from ``_qsgd_code``'s bits (and
+    any padding after them).
+
+    Where each nonzero's record (gap, sign, level) starts depends on every record before
+    it; instead of a loop over the records, every bit position gets the position the next
+    record would start at if one started there, and the records' starts are that map's
+    orbit from 0, by doubling: O(m log nnz) in numpy for m bits."""
+    m = len(bits)
+    max_width = max(1, int(_bit_length(np.array([max(count + 1, levels)]))[0]))
+    end, value = _elias_omega_parse(bits, max_width)
+    sign_at = end  # after the gap's code
+    jump = end[sign_at + 1]  # after the level's code: the next record (m: none)
+    jump = jump.astype(np.int32 if m < 2**31 - 2 else np.int64)
+    starts = np.zeros(1, dtype=jump.dtype)  # the first 2^k records, then (jump) J^(2^k)
+    while starts[-1] < m:
+        starts = np.concatenate([starts, jump[starts]])
+        if starts[-1] < m:
+            jump = jump[jump]
+    starts = starts[: np.searchsorted(starts, m)]
+    positions = np.cumsum(value[starts])  # 1-based; the end's is count + 1
+    nonzeros = int(np.searchsorted(positions, count + 1))
+    if nonzeros == len(positions) or positions[nonzeros] != count + 1:
+        raise ValueError(f"the stream holds no QSGD code of {count} numbers")
+    starts, positions = starts[:nonzeros], positions[:nonzeros] - 1
+    level = value[sign_at[starts] + 1]
+    if len(level) and not 1 <= level.min() <= level.max() <= levels:
+        raise ValueError(f"the stream holds levels outside 1..{levels}")
+    out_levels = np.zeros(count, dtype=np.int64)
+    out_negative = np.zeros(count, dtype=bool)
+    out_levels[positions] = level
+    out_negative[positions] = bits[sign_at[starts]] == 1  # before m: its level followed
+    return out_levels, out_negative
