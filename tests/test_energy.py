@@ -15,6 +15,7 @@ from fedsim.results.files import METRICS_COLUMNS
 from fedsim.sim.event_check import check_events
 from fedsim.study import run_scenario
 from tests.conftest import tiny_scenario
+from tests.test_cellular import cellular_scenario
 from tests.test_fedavg_world import MLP_32_PARAMS, read_metrics
 
 PAYLOAD_BYTES = MLP_32_PARAMS * 4
@@ -71,6 +72,39 @@ def test_transfers_cost_p_times_air_time_and_computations_kappa_c_d_f_squared(tm
     # The cycles model gives the compute time: c·D/f.
     rows = list(csv.DictReader((run_dir / "rounds.csv").open()))
     assert [float(r["compute_s"]) for r in rows] == pytest.approx([CYCLES * 160 / 2e9] * 3)
+
+
+@pytest.mark.parametrize("efficiency", [1.0, 0.5])
+def test_a_transmitter_draws_its_radiated_power_over_the_amplifier_efficiency(tmp_path, efficiency):
+    """p/η + P_circuit over the air time: η = 0.5 is the circuit part plus twice the transmit
+    part; η = 1 is the model without an amplifier (today's)."""
+    circuit_w = 0.02
+    data = energy_scenario(tmp_path)
+    data["system"]["energy"].update(circuit_power_w=circuit_w, pa_efficiency=efficiency)
+    energy = json.loads((run(data) / "summary.json").read_text())["energy_j"]
+    air_s = 8 * PAYLOAD_BYTES / UPLINK_BPS
+    transmit_j, circuit_j = 3 * 6 * TX_W * air_s, 3 * 6 * circuit_w * air_s
+    expected_j = circuit_j + (2 * transmit_j if efficiency == 0.5 else transmit_j)
+    assert energy["tx_j"] == pytest.approx(expected_j, rel=1e-12)
+    assert energy["compute_j"] == pytest.approx(3 * 6 * E_COMPUTE, rel=1e-12)
+
+
+def test_the_amplifier_efficiency_changes_what_is_drawn_not_what_is_radiated(tmp_path):
+    """With power control (the power follows each share of the band) and no circuit power,
+    η = 0.5 doubles every client's transmit joules; radio.csv (the power radiated) is the
+    same."""
+    joules, radio = {}, {}
+    for efficiency in (1.0, 0.5):
+        control = {"p0_dbm": -100, "alpha": 0.8}
+        data = cellular_scenario(tmp_path / str(efficiency), {"power_control": control})
+        data["system"]["energy"] = {"pa_efficiency": efficiency}
+        run_dir = run(data)
+        joules[efficiency] = {c: float(r["tx_j"]) for c, r in last_rows(run_dir).items()}
+        radio[efficiency] = (run_dir / "radio.csv").read_text()
+    assert any(joules[1.0].values())
+    assert joules[0.5] == pytest.approx({c: 2 * j for c, j in joules[1.0].items()}, rel=1e-12)
+    assert radio[0.5] == radio[1.0]
+    assert "mean_tx_power_dbm" in radio[1.0].splitlines()[0]
 
 
 def test_energy_is_conserved_across_energy_csv_metrics_and_summary(tmp_path):
@@ -173,6 +207,9 @@ def test_without_energy_the_outputs_keep_their_columns(tmp_path):
         ({"energy": {"battery": {"capacity_j": 0}}}, "system.energy.battery.capacity_j"),
         ({"energy": {"battery": {"capacity_j": 5, "min_fraction": 1.5}}},
          "system.energy.battery.min_fraction"),
+        ({"energy": {"pa_efficiency": 0}}, "system.energy.pa_efficiency"),
+        ({"energy": {"pa_efficiency": 1.5}}, "system.energy.pa_efficiency"),
+        ({"energy": {"pa_efficiency": True}}, "system.energy.pa_efficiency"),
     ],
 )  # fmt: skip
 def test_bad_energy_input_names_the_field(tmp_path, section, field):

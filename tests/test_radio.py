@@ -99,6 +99,20 @@ def test_path_loss_laws_match_their_formulas():
     assert PathLoss("free_space", carrier_hz=2.4e9).db(100.0) == pytest.approx(80.05, abs=0.01)
 
 
+def test_the_macro_law_is_never_evaluated_below_its_35_m():
+    """TR 36.814's law is specified from 35 m (Table A.2.1.1-2): nearer, its loss at 35 m, in
+    the law itself and for a client the scenario placed at 20 m."""
+    macro = PathLoss("macro")
+    at_35_db = 128.1 + 37.6 * math.log10(0.035)
+    assert macro.db(20.0) == macro.db(35.0) == pytest.approx(at_35_db, abs=1e-12)
+    assert macro.db(np.array([1.0, 20.0, 35.0, 100.0])) == pytest.approx(
+        [at_35_db, at_35_db, at_35_db, 128.1 - 37.6]
+    )
+    env = simpy.Environment()
+    radio = make_radio(env, [(20.0, 0.0), (0.0, 35.0)], min_distance_m=10.0)
+    assert radio.large_scale_loss_db(0) == radio.large_scale_loss_db(1) == pytest.approx(at_35_db)
+
+
 def test_an_upload_alone_takes_eight_s_over_the_shannon_rate_by_hand():
     env = simpy.Environment()
     network = make_network(env, make_radio(env, [(0.0, 250.0)]))

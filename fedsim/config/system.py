@@ -160,6 +160,11 @@ class EnergyConfig(_Strict):
     circuit_power_w: Annotated[float, Field(ge=0, le=100), NO_BOOL] = Field(
         default=0.0, description="added while transmitting"
     )
+    pa_efficiency: Annotated[float, Field(gt=0, le=1), NO_BOOL] = Field(
+        default=1.0,
+        description="η of the power amplifier: a transmitter draws its radiated power / η (plus "
+        "circuit_power_w); 1: the radiated power alone (e.g. 0.4 for a UE, Björnson et al. 2017)",
+    )
     rx_power_w: Annotated[float, Field(ge=0, le=100), NO_BOOL] = 0.0
     idle_power_w: Annotated[float, Field(ge=0, le=100), NO_BOOL] = Field(
         default=0.0, description="drawn all the time a client is online"

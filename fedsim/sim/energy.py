@@ -8,10 +8,11 @@ falls linearly: the instant it empties is now + level / draw, a wake-up re-armed
 change (a stale one is a no-op). Nothing is sampled on a time grid.
 
 Categories: ``compute`` (a computation of D samples at c cycles per sample on a CPU at f Hz
-costs κ·c·D·f² joules, spread evenly over its duration), ``tx`` (transmit power plus circuit
-power, over the air time), ``rx`` (receive power over the air time of what the client
-receives), ``idle`` (a base draw while online). Joules of work that was lost (a computation
-cut short, a transmission aborted or lost to outage) are also counted as ``wasted``.
+costs κ·c·D·f² joules, spread evenly over its duration), ``tx`` (transmit power over the
+amplifier's efficiency, plus circuit power, over the air time), ``rx`` (receive power over the
+air time of what the client receives), ``idle`` (a base draw while online). Joules of work that
+was lost (a computation cut short, a transmission aborted or lost to outage) are also counted
+as ``wasted``.
 """
 
 from __future__ import annotations

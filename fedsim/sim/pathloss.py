@@ -8,6 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 
 SPEED_OF_LIGHT_MPS = 299_792_458.0
+# The macro law's range starts at 35 m: TR 36.814 Table A.2.1.1-2's minimum distance between
+# UE and cell (TR 38.901 Table 7.2-1 keeps 35 m, 2D, for UMa).
+MACRO_MIN_DISTANCE_M = 35.0
 
 
 @dataclass(frozen=True)
@@ -18,6 +21,9 @@ class PathLoss:
       used by Chen et al. (TWC 2021) and Yang et al. (TWC 2021);
     - ``log_distance``: PL(d0) + 10·α·log10(d/d0) (Rappaport, Wireless Communications, 4.9);
     - ``free_space``: Friis, 20·log10(4π·d·f/c).
+
+    The macro law is specified from 35 m (``MACRO_MIN_DISTANCE_M``): nearer, its edge is used
+    (the loss at 35 m), as the TR 38.901 laws below take theirs.
     """
 
     model: str = "macro"
@@ -29,7 +35,7 @@ class PathLoss:
     def db(self, distance_m: float | np.ndarray) -> float | np.ndarray:
         d = np.asarray(distance_m, dtype=float)
         if self.model == "macro":
-            loss = 128.1 + 37.6 * np.log10(d / 1000.0)
+            loss = 128.1 + 37.6 * np.log10(np.maximum(d, MACRO_MIN_DISTANCE_M) / 1000.0)
         elif self.model == "log_distance":
             ratio = d / self.reference_distance_m
             loss = self.reference_loss_db + 10.0 * self.exponent * np.log10(ratio)

@@ -1,8 +1,9 @@
 """The World's energy model, built from its scenario: each client's powers and battery, the
 meter (``fedsim.sim.energy``), and the hooks by which computations and transmissions draw
 power. Transmit power is the radio's when there is one (``system.radio.tx_power_dbm``), else
-``system.energy.tx_power_dbm``; compute energy is always the cycles model's κ·c·D·f², spread
-over the computation's duration, whichever model gives that duration."""
+``system.energy.tx_power_dbm``, drawn from the battery as that power over the amplifier's
+efficiency η (``pa_efficiency``) plus the circuit power; compute energy is always the cycles
+model's κ·c·D·f², spread over the computation's duration, whichever model gives that duration."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class DeviceEnergy:
         self.config = config
         self.cpu = cpu
         self.cpu_hz = cpu_hz
-        self.tx_w = tx_w + config.circuit_power_w
+        self.tx_w = self.drawn_w(tx_w)
         self.power_controlled = radio is not None and radio.settings.power_control is not None
         battery = config.battery
         capacity_j = battery.capacity_j.sample(rng, num_clients) if battery else None
@@ -52,6 +53,10 @@ class DeviceEnergy:
             self.meter.battery_j *= battery.initial_fraction
         self._idle: dict[int, Draw] = {}
         self.is_online: Callable[[int], bool] = lambda client: True  # the World's
+
+    def drawn_w(self, radiated_w: float | np.ndarray) -> float | np.ndarray:
+        """What a transmitter radiating radiated_w draws from its battery: p / η + P_circuit."""
+        return radiated_w / self.config.pa_efficiency + self.config.circuit_power_w
 
     # --- computations ---
 
@@ -84,7 +89,7 @@ class DeviceEnergy:
             if sender is not None:
                 tx_w = float(self.tx_w[sender])
                 if controlled:  # power control: what it radiates now, and the circuits
-                    tx_w = flow.tx_power_w + self.config.circuit_power_w
+                    tx_w = self.drawn_w(flow.tx_power_w)
                 power_w[self._draw(draws, sender, "tx", tx_w, on_air[0])] = tx_w
             if rx_w > 0:
                 for r in receivers:
@@ -103,7 +108,7 @@ class DeviceEnergy:
 
             def radiates(tx_w: float) -> None:
                 if draws:  # the sender's draw is the first
-                    power_w[draws[0]] = tx_w + self.config.circuit_power_w
+                    power_w[draws[0]] = self.drawn_w(tx_w)
                     self.meter.set_power(draws[0], power_w[draws[0]] if on_air[0] else 0.0)
 
             flow.on_power = radiates
@@ -121,9 +126,9 @@ class DeviceEnergy:
         return draws
 
     def analog_started(self, client: int, power_w: float) -> Draw:
-        """The client transmits in an over-the-air slot at ``power_w`` (its radio's circuit
-        power on top), until ``analog_ended``."""
-        return self.meter.start(client, "tx", power_w + self.config.circuit_power_w)
+        """The client transmits in an over-the-air slot at ``power_w`` (drawing power_w / η and
+        its radio's circuit power), until ``analog_ended``."""
+        return self.meter.start(client, "tx", self.drawn_w(power_w))
 
     def analog_ended(self, draw: Draw, *, wasted: bool) -> None:
         """The slot is over; ``wasted``: the client's signal did not make it into the sum."""
