@@ -70,6 +70,9 @@ class Budget:
     radio: dict | None = None  # with system.radio: world.network.rate_distribution
     uplink_aggregation: str = "digital"  # system.radio.uplink_aggregation (over the air or not)
     energy_j: dict | None = None  # with system.energy: joules by category, over the run
+    # With the harq link: its BLER curves, {"source": sionna | builtin, "version": the
+    # sionna-no-rt version whose tables it read, or None}.
+    bler_tables: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -134,9 +137,25 @@ def budget_algorithm(
         radio=rate_distribution(world.network.radio) if world.network.radio else None,
         uplink_aggregation=scenario.system.uplink_aggregation,
         energy_j=world.energy.meter.totals() if world.energy else None,
+        bler_tables=bler_tables(scenario),
         empty_rounds=len(empty),
         empty_rounds_cut_at={where: sum(r[where] for r in empty) for where in CUT_AT},
     )
+
+
+def bler_tables(scenario: Scenario) -> dict | None:
+    """The harq link's BLER curves as its validation resolved them; None without it."""
+    radio = scenario.system.radio
+    if radio is None or radio.link.model != "harq":
+        return None
+    return {"source": radio.link.bler_tables, "version": radio.link.bler_tables_version}
+
+
+def bler_tables_text(tables: dict) -> str:
+    """``sionna (sionna-no-rt 2.2.0)`` or ``builtin (the finite-length bound, no Sionna)``."""
+    if tables["source"] == "sionna":
+        return f"sionna (sionna-no-rt {tables['version']})"
+    return "builtin (the finite-length bound, no Sionna)"
 
 
 def message_bytes(world: World) -> dict[str, int] | None:
@@ -400,6 +419,11 @@ def _radio_lines(budgets: list[Budget], name_width: int) -> list[str]:
             lines.append(
                 f"{b.algorithm:>{name_width}} PRB share by SNR decile (low→high): {shares}"
             )
+    tables = {b.algorithm: bler_tables_text(b.bler_tables) for b in runs if b.bler_tables}
+    if len(set(tables.values())) == 1:
+        lines.append(f"{'BLER tables':>{name_width}} {next(iter(tables.values()))}")
+    else:  # a sweep of bler_tables
+        lines += [f"{label:>{name_width}} BLER tables: {text}" for label, text in tables.items()]
     lines.append(
         "radio: SNR on the whole uplink band without fading; rates as the transfers got them "
         "(band shares, fading, outages, failed blocks), over the clients that used the link; "

@@ -147,6 +147,7 @@ RADIO = {
     "min_distance_m": 1,
 }
 DISTANCES_M = [50, 300, 900, 1200, 1500, 1800]
+NOISE_DBM = -174.0 + 5.0 + 60.0  # F·N0·B at the base station (bs_noise_figure_db 5) on 1 MHz
 
 
 def air_scenario(tmp_path, mode: str, *, count: int = 6, receive_snr_db: float = 20.0, **extra):
@@ -175,7 +176,7 @@ def air_scenario(tmp_path, mode: str, *, count: int = 6, receive_snr_db: float =
 
 def full_power_snr_db(distance_m: float) -> float:
     loss_db = 40 + 30 * math.log10(distance_m)
-    return TX_DBM - loss_db - (-174 + 60)  # on 1 MHz
+    return TX_DBM - loss_db - NOISE_DBM
 
 
 def read_rounds(run_dir) -> list[dict]:
@@ -228,8 +229,7 @@ def test_obda_energy_is_power_times_slot_per_transmitter(tmp_path):
     data = air_scenario(tmp_path, "obda", system={"energy": energy})
     world = make_world(data, tmp_path)
     run_world(world)
-    noise_w = dbm_to_watts(-174.0) * 1e6
-    rho0 = 100.0 * noise_w  # 20 dB
+    rho0 = 100.0 * dbm_to_watts(NOISE_DBM)  # 20 dB over the base station's noise
     slot = world.trainer.num_params / 2e6
     meter = world.energy.meter
     tx = list(meter.joules[:, 1])  # CATEGORIES: compute, tx, rx, idle

@@ -49,7 +49,8 @@ def cellular_radio(
     clients change nothing of theirs."""
     settings = RadioSettings(
         path_loss=Tr38901("uma", 3.5e9), fading=Fading("rayleigh", coherence_s=0.1),
-        shadowing_db=1.0, shadowing_coherence_s=SHADOWING_S, noise_figure_db=9.0,
+        shadowing_db=1.0, shadowing_coherence_s=SHADOWING_S, bs_noise_figure_db=5.0,
+        ue_noise_figure_db=9.0,
         uplink_bandwidth_hz=20e6, min_distance_m=35.0, cell_radius_m=layout_radius_m(GRID),
         link=HarqLinkSettings(), power_control=PowerControl(-90.0, 0.8, 30),
         cells=CellSettings(GRID, interference=True, hysteresis_db=3.0), speed_mps=15.0,

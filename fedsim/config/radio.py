@@ -3,10 +3,19 @@ path-loss laws, fading, link layer and mobility."""
 
 from __future__ import annotations
 
+import warnings
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, StrictBool, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from fedsim.config.base import (
     MAX_COUNT,
@@ -19,11 +28,12 @@ from fedsim.config.base import (
     tagged_union,
 )
 from fedsim.config.laws import ConstantDbm, PowerLaw
-from fedsim.sim.readers import read_positions, sionna_tables_folder
+from fedsim.sim.readers import read_positions, sionna_tables_folder, sionna_version
 
 
 class MacroPathLoss(_Strict):
-    """128.1 + 37.6 log10(d_km) dB: 3GPP TR 36.814 urban macro cell at 2 GHz."""
+    """128.1 + 37.6 log10(d_km) dB: 3GPP TR 36.814 urban macro cell at 2 GHz, specified from
+    35 m (TR 36.814 Table A.2.1.1-2): nearer, the loss at 35 m."""
 
     kind: Literal["macro"] = "macro"
 
@@ -156,6 +166,27 @@ class OllaConfig(_Strict):
     )
 
 
+SIONNA_MISSING = (
+    "Sionna's 5G NR BLER tables are not installed here (sionna-no-rt, a dependency of fedsim "
+    "on Python 3.11 and later: install fedsim again to get it)"
+)
+
+
+class BlerTablesWarning(UserWarning):
+    """``bler_tables: auto`` without Sionna's tables: the built-in curves instead."""
+
+
+@cache  # once per process
+def _warn_builtin_fallback() -> None:
+    warnings.warn(
+        f"system.radio.link.bler_tables: auto, but {SIONNA_MISSING}: the harq link uses the "
+        "built-in curves instead, within 1 dB of Sionna's, so MCS, BLER and times differ from "
+        "Sionna's by several percent (bler_tables: builtin chooses them without this warning)",
+        BlerTablesWarning,
+        stacklevel=2,
+    )
+
+
 class HarqLink(_Strict):
     """NR transport blocks: per fading block, the highest MCS whose BLER at the channel
     estimate meets target_bler; failed blocks sent again (HARQ) while the transfer goes on;
@@ -172,8 +203,16 @@ class HarqLink(_Strict):
     bler_tables: Literal["auto", "sionna", "builtin"] = Field(
         default="auto",
         validate_default=True,
-        description="BLER curves: Sionna's 5G NR tables (the nr extra), or the built-in "
-        "finite-length bound; auto: Sionna's where installed (resolved at validation)",
+        description="BLER curves: Sionna's 5G NR tables (sionna-no-rt, a dependency), or the "
+        "built-in finite-length bound; auto: Sionna's, or where they are not found the built-in "
+        "ones with a warning (resolved at validation)",
+    )
+    bler_tables_version: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="recorded, not chosen: the version of sionna-no-rt whose tables the link "
+        "reads (null: the built-in curves), filled in at validation from what is installed, so "
+        "a value read back (a run's scenario.yaml) becomes this machine's",
     )
     max_transmissions: Annotated[int, Field(ge=1, le=32), NO_BOOL] = Field(
         default=4, description="HARQ transmissions of a block before RLC starts it over"
@@ -203,10 +242,17 @@ class HarqLink(_Strict):
     def _tables_here(cls, value: str) -> str:
         installed = sionna_tables_folder() is not None
         if value == "auto":
+            if not installed:
+                _warn_builtin_fallback()
             return "sionna" if installed else "builtin"
         if value == "sionna" and not installed:
-            raise ValueError("sionna, but Sionna is not installed here (pip install -e '.[nr]')")
+            raise ValueError(f"sionna, but {SIONNA_MISSING}")
         return value
+
+    @field_validator("bler_tables_version", mode="before")
+    @classmethod
+    def _tables_version(cls, value: Any, info: ValidationInfo) -> str | None:
+        return sionna_version() if info.data.get("bler_tables") == "sionna" else None
 
 
 class PerUploadLink(_Strict):
@@ -363,6 +409,16 @@ class AirCompConfig(_Strict):
     )
 
 
+REPLACED_RADIO_KEYS = {
+    "outage": "link: `link: {model: harq}` (transport blocks, link adaptation and HARQ: what a "
+    "lossy radio does), or `link: {model: whole_transfer, ...}` for the old rule (a whole "
+    "transfer lost with any block)",
+    "noise_figure_db": "one per receiver: bs_noise_figure_db (the base station's: uplink, over "
+    "the air; default 5) and ue_noise_figure_db (the device's: downlink, D2D; default 9), "
+    "3GPP's evaluation values",
+}
+
+
 class RadioConfig(_Strict):
     """Link rates from distance, path loss, shadowing, fading and the band (see the README's
     "Radio model"). Defaults: the single-cell setting of Chen et al. and Yang et al. (TWC 2021)."""
@@ -379,7 +435,16 @@ class RadioConfig(_Strict):
     shadowing_coherence_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S), NO_BOOL] | None = None
     fading: FadingConfig = FadingConfig()
     noise_density_dbm_per_hz: Annotated[float, Field(ge=-220, le=-100), NO_BOOL] = -174.0
-    noise_figure_db: Annotated[float, Field(ge=0, le=30), NO_BOOL] = 0.0
+    bs_noise_figure_db: Annotated[float, Field(ge=0, le=30), NO_BOOL] = Field(
+        default=5.0,
+        description="the base station's receiver: uplink and over-the-air slot (3GPP TR 36.814 "
+        "Table A.2.1.1-3 and TR 38.802 Table A.2.1-1 below 6 GHz: 5 dB)",
+    )
+    ue_noise_figure_db: Annotated[float, Field(ge=0, le=30), NO_BOOL] = Field(
+        default=9.0,
+        description="the device's receiver: downlink and D2D (3GPP TR 36.814 Table A.2.1.1-3 "
+        "and TR 38.802 Table A.2.1-1 below 6 GHz: 9 dB)",
+    )
     tx_power_dbm: PowerLaw = Field(
         default=ConstantDbm(value_dbm=10.0),
         description="a number, {kind: uniform, low_dbm, high_dbm} or {kind: normal, mean_dbm, "
@@ -428,13 +493,12 @@ class RadioConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _outage_became_link(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "outage" in data:
-            raise ValueError(
-                "outage: replaced by link: `link: {model: harq}` (transport blocks, link "
-                "adaptation and HARQ: what a lossy radio does), or `link: {model: "
-                "whole_transfer, ...}` for the old rule (a whole transfer lost with any block)"
-            )
+    def _replaced_keys(cls, data: Any) -> Any:
+        """A key fedsim once had names what replaced it."""
+        if isinstance(data, dict):
+            for key, replacement in REPLACED_RADIO_KEYS.items():
+                if key in data:
+                    raise ValueError(f"{key}: replaced by {replacement}")
         return data
 
     @model_validator(mode="after")

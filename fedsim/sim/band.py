@@ -39,7 +39,7 @@ class ChannelLink(Protocol):
     def sending(self) -> bool:
         """Whether the transmitter is on the air now (it may wait for a better channel)."""
 
-    tx_power_w: float  # what the transmitter sends at now (power control changes it)
+    radiated_w: float  # what the transmitter radiates now (power control, its duty change it)
 
     def achievable_bps(self, bandwidth_hz: float) -> float:
         """The rate it would get on bandwidth_hz now, without starting anything (a
@@ -65,7 +65,7 @@ class ChannelFlow(Flow):
         self.on_sending: Callable[[bool], None] | None = None
         self.on_power: Callable[[float], None] | None = None  # its transmit power changed
         self.share_hz: float | None = None  # a scheduled medium's PRBs (None: the equal share)
-        self._power_w = link.tx_power_w
+        self._power_w = link.radiated_w
         self._token = 0  # bumped at every re-plan: its older entries in the agenda are stale
         self._ending = False  # whether its next agenda entry is its end (else a channel change)
         self._sending = True
@@ -184,8 +184,8 @@ class ChannelMedium(Medium):
                 failed.append(flow)
                 continue
             flow.link.radiating(True)
-            if flow.link.tx_power_w != flow._power_w:
-                flow._power_w = flow.link.tx_power_w
+            if flow.link.radiated_w != flow._power_w:
+                flow._power_w = flow.link.radiated_w
                 if flow.on_power is not None:
                     flow.on_power(flow._power_w)
             flow._set_speed(flow.rate_bps)

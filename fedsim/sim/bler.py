@@ -10,8 +10,9 @@ Two sources, each read or computed once at start:
   the size to 100 bits.
   The MCS the tables lack (0-2 of the 64QAM table: the lowest, where coverage ends) take the
   built-in curves, so the link keeps NR's whole MCS range.
-- ``builtin``, without Sionna: the normal approximation of the finite-length Gaussian channel
-  (Polyanskiy, Poor and Verdú, IEEE Trans. IT 2010), a code block of K bits at spectral
+- ``builtin``, chosen, or the fallback where Sionna's tables are not found (``auto`` then
+  warns: ``fedsim.config.radio``): the normal approximation of the finite-length Gaussian
+  channel (Polyanskiy, Poor and Verdú, IEEE Trans. IT 2010), a code block of K bits at spectral
   efficiency η using n = K/η channel uses: BLER = Q((n(C − η) + ½log2 n) / √(nV)), C and V
   the capacity and dispersion at SNR/L, with L a loss per modulation order fitted to Sionna
   2.2's tables (mean shift at BLER 10% over code blocks of 100 bits and more; sd 0.3 dB;
@@ -99,7 +100,7 @@ class BlerCurves:
     def _from_sionna(self) -> dict[int, Curve]:
         folder = sionna_tables_folder()
         if folder is None:
-            raise ValueError("Sionna's BLER tables are not installed (pip install -e '.[nr]')")
+            raise ValueError("Sionna's BLER tables are not installed (sionna-no-rt)")
         document = json.loads((folder / SIONNA_FILES[self.direction, self.table]).read_text())
         [category] = document["category"].values()
         [index] = category["index"].values()

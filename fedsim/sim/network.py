@@ -148,8 +148,13 @@ class Network:
             radio.prb_seconds = self._prb_seconds
         if radio.num_sites > 1:
             radio.on_interference_change = self._interference_changed
-        self._transmitter = ChannelMedium(env, settings.downlink_bandwidth_hz, slots=1, split=False)
-        self._d2d = ChannelMedium(env, settings.d2d_bandwidth_hz, slots=None, split=False)
+        usable_hz = radio.link.usable_hz
+        self._transmitter = ChannelMedium(
+            env, usable_hz(settings.downlink_bandwidth_hz), slots=1, split=False
+        )
+        self._d2d = ChannelMedium(
+            env, usable_hz(settings.d2d_bandwidth_hz), slots=None, split=False
+        )
 
     def _uplink_band(
         self, radio: Radio, uplink_sharing: str | UplinkScheduling, uplink_subbands: int
@@ -166,7 +171,8 @@ class Network:
         if uplink_sharing not in UPLINK_SHARING:
             raise ValueError(f"uplink_sharing must be one of {UPLINK_SHARING}")
         slots = {"equal": None, "fixed": uplink_subbands, "tdma": 1}[uplink_sharing]
-        return ChannelMedium(self.env, bandwidth_hz, slots=slots, split=uplink_sharing == "equal")
+        usable_hz = radio.link.usable_hz(bandwidth_hz)
+        return ChannelMedium(self.env, usable_hz, slots=slots, split=uplink_sharing == "equal")
 
     def _prb_seconds(self) -> dict[int, float]:
         """PRB·seconds each client's uploads got, over every site's band."""
@@ -224,7 +230,7 @@ class Network:
         """One multicast to the group, at its slowest member's rate (with the radio: at the
         weakest member's SNR without fading)."""
         if self.radio is not None:
-            band_hz = self.radio.settings.downlink_bandwidth_hz
+            band_hz = self._transmitter.bandwidth_hz
             rate_bps = self.radio.nominal_rate_bps(True, clients, band_hz)
             return transfer_time_s(num_bytes, rate_bps, self.latency_s) if rate_bps else math.inf
         rate_bps, latency_s = self._group_rate(clients)

@@ -4,8 +4,9 @@ A client at distance d from the base station (at the origin) sees a channel powe
 g = 10^(-(PL(d) + X)/10) · |h|², with PL a path-loss law, X log-normal shadowing (dB) and
 |h|² small-scale fading (none, Rayleigh, Rician K), block fading re-drawn every
 ``coherence_s`` (or at every transmission). On a band share of b Hz, with transmit power p
-and noise density N0 (times the receiver's noise figure F), the SNR is p·g / (F·N0·b): the noise
-scales with the share, so a rate is not linear in its share of the band.
+and noise density N0 (times the receiver's noise figure F: the base station's on the uplink,
+the device's on the downlink and D2D), the SNR is p·g / (F·N0·b): the noise scales with the
+share, so a rate is not linear in its share of the band.
 
 Every random draw after the start is *counter based*: the fading of client c's uplink in
 block k is a hash of (seed, c, uplink, k), not the next number of a stream. Draws are made
@@ -38,8 +39,9 @@ from fedsim.sim.draws import (
     hashed_uniform,
 )
 from fedsim.sim.geometry import RandomWaypoint
-from fedsim.sim.link import HarqTally, IdealSettings, LinkModel, LinkSettings
+from fedsim.sim.link import IdealSettings, LinkModel, LinkSettings
 from fedsim.sim.pathloss import PathLoss, Tr38901, UmiStreetCanyon
+from fedsim.sim.records import LinkStats
 from fedsim.sim.scheduler import open_loop_power_dbm, prb_hz
 from fedsim.sim.transmission import D2D, DOWNLINK, UPLINK, RadioLink
 
@@ -89,7 +91,8 @@ class RadioSettings:
     shadowing_db: float = 0.0
     shadowing_coherence_s: float | None = None  # None: one draw per client for the run
     noise_density_dbm_per_hz: float = -174.0
-    noise_figure_db: float = 0.0
+    bs_noise_figure_db: float = 0.0  # the base station's receiver: uplink (and over the air)
+    ue_noise_figure_db: float = 0.0  # the device's receiver: downlink and D2D
     base_station_power_dbm: float = 30.0
     uplink_bandwidth_hz: float = 20e6
     downlink_bandwidth_hz: float = 20e6
@@ -114,22 +117,6 @@ class _LargeScale:
     distances_m: tuple[float, ...] | None = None
     loss_db: dict[int, float] = field(default_factory=dict)  # per site
     uplink_power_w: dict[float, float] = field(default_factory=dict)  # per band share (Hz)
-
-
-@dataclass
-class LinkStats:
-    """One client's radio record for radio.csv."""
-
-    uplink_bits: float = 0.0
-    uplink_air_s: float = 0.0
-    downlink_bits: float = 0.0
-    downlink_air_s: float = 0.0
-    outages: int = 0
-    retransmissions: int = 0
-    given_up: int = 0
-    blocks: HarqTally = field(default_factory=HarqTally)  # harq: its transport blocks
-    uplink_joules: float = 0.0  # radiated (power control: what it used), for radio.csv
-    handovers: int = 0
 
 
 class Radio:
@@ -166,9 +153,12 @@ class Radio:
         self.tx_power_w = np.asarray(dbm_to_watts(np.asarray(tx_power_dbm, dtype=float)))
         self._shadowing_db = np.asarray(shadowing_db, dtype=float)
         self._base_station_w = float(dbm_to_watts(settings.base_station_power_dbm))
-        self._noise_w_per_hz = float(
-            dbm_to_watts(settings.noise_density_dbm_per_hz + settings.noise_figure_db)
+        bs_w_per_hz, ue_w_per_hz = (
+            float(dbm_to_watts(settings.noise_density_dbm_per_hz + figure_db))
+            for figure_db in (settings.bs_noise_figure_db, settings.ue_noise_figure_db)
         )
+        # F·N0 at the receiver of each direction (indexed by UPLINK, DOWNLINK, D2D)
+        self._noise_w_per_hz = {UPLINK: bs_w_per_hz, DOWNLINK: ue_w_per_hz, D2D: ue_w_per_hz}
         self._standard = isinstance(settings.path_loss, Tr38901)
         self._sites_m = settings.cells.grid.sites_m() if settings.cells else np.zeros((1, 2))
         self._site_loss_db = self._static_site_losses_db()  # (clients, sites)
@@ -206,6 +196,11 @@ class Radio:
     @property
     def sites_m(self) -> np.ndarray:
         return self._sites_m
+
+    @property
+    def power_controlled(self) -> bool:
+        """Whether the uplink's power follows open-loop power control."""
+        return self.settings.power_control is not None
 
     @property
     def transmitting(self) -> bool:
@@ -413,14 +408,11 @@ class Radio:
             return 0.0
         cached = self._interference.get(site)
         if cached is None:
-            cached = (
-                sum(
-                    power_w * 10.0 ** (-self.large_scale_loss_db(client, site=site) / 10.0)
-                    for client, (serving, power_w) in self._transmitting.items()
-                    if serving != site
-                )
-                / self.settings.uplink_bandwidth_hz
-            )
+            cached = sum(
+                power_w * 10.0 ** (-self.large_scale_loss_db(client, site=site) / 10.0)
+                for client, (serving, power_w) in self._transmitting.items()
+                if serving != site
+            ) / self.link.usable_hz(self.settings.uplink_bandwidth_hz)
             self._interference[site] = cached
         return cached
 
@@ -467,13 +459,14 @@ class Radio:
             [self._base_station_w] if downlink else [float(self.tx_power_w[c]) for c in clients]
         )
         gains = [10.0 ** (-self.large_scale_loss_db(c) / 10.0) for c in clients]
-        snr = min(gains) * min(power_w) / self.noise_w(bandwidth_hz)
-        return self.rate_bps(bandwidth_hz, snr, DOWNLINK if downlink else UPLINK)
+        direction = DOWNLINK if downlink else UPLINK
+        snr = min(gains) * min(power_w) / self.noise_w(direction, bandwidth_hz)
+        return self.rate_bps(bandwidth_hz, snr, direction)
 
     def mean_snr_db(self, bandwidth_hz: float) -> np.ndarray:
         """Every client's uplink SNR without fading at the start, on bandwidth_hz, in dB."""
-        noise_dbm = self.settings.noise_density_dbm_per_hz + self.settings.noise_figure_db
-        noise_dbm += 10.0 * math.log10(bandwidth_hz)
+        noise_dbm = self.settings.noise_density_dbm_per_hz + self.settings.bs_noise_figure_db
+        noise_dbm += 10.0 * math.log10(bandwidth_hz)  # the base station receives
         tx_dbm = 10.0 * np.log10(self.tx_power_w * 1000.0)
         return tx_dbm - self._static_loss_db - noise_dbm
 
@@ -484,7 +477,7 @@ class Radio:
         gain_db = -self.large_scale_loss_db(client, time_s)
         gain_db += 10.0 * math.log10(self.fading_gain(client, UPLINK, time_s, 0))
         power_dbm = 10.0 * math.log10(self.tx_power_w[client] * 1000.0)
-        return power_dbm + gain_db - 10.0 * math.log10(self.noise_w(bandwidth_hz) * 1000.0)
+        return power_dbm + gain_db - 10.0 * math.log10(self.noise_w(UPLINK, bandwidth_hz) * 1000.0)
 
     def uplink_gain(self, client: int) -> float:
         """The client's uplink channel power gain now (path loss, shadowing, fading): what an
@@ -582,5 +575,7 @@ class Radio:
         for client in link.missed if link.direction != D2D else [link.peer]:
             self.stats[client].given_up += 1
 
-    def noise_w(self, bandwidth_hz: float) -> float:
-        return self._noise_w_per_hz * bandwidth_hz
+    def noise_w(self, direction: int, bandwidth_hz: float) -> float:
+        """F·N0·B at the receiver of a direction: the base station's on the uplink (UPLINK), the
+        device's on the downlink and D2D."""
+        return self._noise_w_per_hz[direction] * bandwidth_hz

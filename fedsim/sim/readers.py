@@ -16,6 +16,7 @@ numeric id order and the caller gives the i-th to client i.
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import importlib.util
 import json
 import math
@@ -389,3 +390,15 @@ def sionna_tables_folder() -> Path | None:
         return None
     folder = Path(next(iter(spec.submodule_search_locations))) / "sys" / "bler_tables"
     return folder if folder.is_dir() else None
+
+
+def sionna_version() -> str | None:
+    """The version of the sionna-no-rt whose tables ``sionna_tables_folder`` finds (from its
+    metadata, without importing it); None where there are none, "unknown" where a ``sionna``
+    package has them without that distribution's metadata."""
+    if sionna_tables_folder() is None:
+        return None
+    try:
+        return importlib.metadata.version("sionna-no-rt")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

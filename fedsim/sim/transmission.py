@@ -11,16 +11,51 @@ when that changes by itself, and what an attempt's end means (``outcome``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fedsim.sim.medium import TransmissionLost
-
-if TYPE_CHECKING:
-    from fedsim.sim.radio import Radio
+from fedsim.sim.records import LinkStats
 
 UPLINK, DOWNLINK, D2D = 0, 1, 2  # direction codes in the hashed draws
+
+
+class Channel(Protocol):
+    """What a transmission asks of the radio (``radio.Radio`` is the one): the channel's
+    state, its draws' key, and the clients' records."""
+
+    now: Callable[[], float]
+    key: int
+    cache_channel: bool
+    interference_epoch: int
+    stats: Sequence[LinkStats]
+
+    @property
+    def num_clients(self) -> int: ...
+    @property
+    def power_controlled(self) -> bool: ...
+    @property
+    def transmitting(self) -> bool: ...
+    def transmission_index(self, direction: int, entity: int, other: int = -1) -> int: ...
+    def pair_loss_db(self, a: int, b: int) -> float: ...
+    def large_scale_loss_db(
+        self, client: int, time_s: float | None = None, site: int | None = None
+    ) -> float: ...
+    def noise_w(self, direction: int, bandwidth_hz: float) -> float: ...
+    def interference_w_per_hz(self, site: int) -> float: ...
+    def fading_gain(
+        self, entity: int, direction: int, time_s: float, transmission: int
+    ) -> float: ...
+    def fading_block(self, time_s: float) -> int: ...
+    def earlier_fading_gain(
+        self, entity: int, direction: int, block: int, transmission: int, age: int
+    ) -> float | None: ...
+    def next_change_s(self, client: int, time_s: float) -> float: ...
+    def uplink_power_w(self, client: int, bandwidth_hz: float) -> float: ...
+    def rate_bps(self, bandwidth_hz: float, snr: float, direction: int = UPLINK) -> float: ...
+    def set_transmitting(self, client: int, site: int, power_w: float | None) -> None: ...
+    def note_given_up(self, link: RadioLink) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -46,13 +81,14 @@ class RadioLink:
     instant, when that changes, and the energy its transmitter radiates. A link model's
     subclass adds what the transmitter does with it."""
 
-    radio: Radio
+    radio: Channel
     direction: int
     receivers: list[int]
     power_w: float  # the transmitter's maximum (without power control: what it sends at)
     peer: int = -1  # d2d: the sender
     site: int = 0  # uplink: the site it is received at (several cells)
-    tx_power_w: float = 0.0  # uplink: what it transmits at now (power control)
+    tx_power_w: float = 0.0  # uplink: what it transmits at now, when it sends (power control)
+    duty: float = 1.0  # the share of the time it sends (a share under one PRB: some slots)
     radiated_j: float = 0.0  # uplink: energy radiated so far
     _radiating_since_s: float = math.inf
     _epoch: int = -1  # the radio's interference epoch its state was computed in
@@ -86,7 +122,7 @@ class RadioLink:
     def _loss_db(self, receiver: int) -> float:
         if self.direction == D2D:
             return self.radio.pair_loss_db(self.peer, receiver)
-        if self.direction == UPLINK and self.radio.settings.cells:
+        if self.direction == UPLINK:  # to the site it started at (several cells)
             return self.radio.large_scale_loss_db(receiver, site=self.site)
         return self.radio.large_scale_loss_db(receiver)
 
@@ -99,7 +135,7 @@ class RadioLink:
             return self._gain_hz
         self._epoch = radio.interference_epoch
         self._achievable_bps_on.clear()
-        noise_w_per_hz = radio.noise_w(1.0)
+        noise_w_per_hz = radio.noise_w(self.direction, 1.0)  # F·N0 at this receiver
         if self.direction == UPLINK and radio.transmitting:
             noise_w_per_hz += radio.interference_w_per_hz(self.site)
         for receiver in self.receivers:
@@ -117,7 +153,7 @@ class RadioLink:
         """The state at the power sent on bandwidth_hz (power control scales it down);
         ``sends``: the transmitter sends at that power from now (else only a what-if)."""
         state = self._state()
-        if self.direction != UPLINK or self.radio.settings.power_control is None:
+        if self.direction != UPLINK or not self.radio.power_controlled:
             return state
         [client] = self.receivers
         power_w = self.radio.uplink_power_w(client, bandwidth_hz)
@@ -142,11 +178,11 @@ class RadioLink:
     def _bank_radiated(self) -> None:
         now = self.radio.now()
         if self._radiating_since_s < now:
-            self.radiated_j += self.tx_power_w * (now - self._radiating_since_s)
+            self.radiated_j += self.radiated_w * (now - self._radiating_since_s)
             self._radiating_since_s = now
 
     def radiating(self, on: bool) -> None:
-        """The uplink transmitter is on the air (at tx_power_w) from now, or stops: its
+        """The uplink transmitter is on the air (at radiated_w) from now, or stops: its
         radiated energy, and the interference it causes in other cells."""
         if self.direction != UPLINK:
             return
@@ -156,7 +192,18 @@ class RadioLink:
         if not on:  # it lost its share of the band, or ended
             self.finish()
         [client] = self.receivers
-        self.radio.set_transmitting(client, self.site, self.tx_power_w if on else None)
+        self.radio.set_transmitting(client, self.site, self.radiated_w if on else None)
+
+    @property
+    def radiated_w(self) -> float:
+        """The power it radiates on average while it has a share of the band."""
+        return self.tx_power_w * self.duty
+
+    def _set_duty(self, duty: float) -> None:
+        """It sends in this share of the time from now on (the energy so far banked)."""
+        if duty != self.duty:
+            self._bank_radiated()
+            self.duty = duty
 
     def transmission_of(self, receiver: int) -> int:
         return self._transmission[receiver]

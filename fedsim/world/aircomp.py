@@ -31,7 +31,7 @@ from fedsim.config import AirCompConfig
 from fedsim.learn.overtheair import AirEstimate, AnalogSum, Update, one_bit_vote
 from fedsim.sim.aircomp import AirSlot, slot_s
 from fedsim.sim.events import EventLog
-from fedsim.sim.radio import Radio, db_to_linear
+from fedsim.sim.radio import UPLINK, Radio, db_to_linear
 from fedsim.world.energy import DeviceEnergy
 
 
@@ -92,7 +92,7 @@ class OverTheAir:
             [radio.uplink_gain(c) for c in candidates],
             [float(radio.tx_power_w[c]) for c in candidates],
             self._receive_snr,
-            radio.noise_w(band_hz),
+            radio.noise_w(UPLINK, band_hz),  # the base station receives the slot
         )
         first = next(iter(updates.values()))
         duration_s = slot_s(sum(t.numel() for t in first), band_hz)

@@ -9,7 +9,7 @@ is built, with its own ``transmission.RadioLink`` subclass:
 Adding a model is one module: its settings (with ``build()``), its model and transmission.
 """
 
-from fedsim.sim.link.adaptation import Harq, HarqSettings, HarqTally
+from fedsim.sim.link.adaptation import Harq, HarqSettings
 from fedsim.sim.link.base import LinkModel, Shannon
 from fedsim.sim.link.harq import HarqLink, HarqLinkSettings
 from fedsim.sim.link.ideal import Ideal, IdealSettings
@@ -19,7 +19,7 @@ from fedsim.sim.link.whole_transfer import Outage, WholeTransfer, WholeTransferS
 LinkSettings = IdealSettings | HarqLinkSettings | PerUploadSettings | WholeTransferSettings
 
 __all__ = [
-    "Harq", "HarqLink", "HarqLinkSettings", "HarqSettings", "HarqTally", "Ideal",
+    "Harq", "HarqLink", "HarqLinkSettings", "HarqSettings", "Ideal",
     "IdealSettings", "LinkModel", "LinkSettings", "Outage", "PerUpload", "PerUploadSettings",
     "Shannon", "WholeTransfer", "WholeTransferSettings",
 ]  # fmt: skip

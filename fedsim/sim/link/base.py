@@ -9,12 +9,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from fedsim.sim.transmission import RadioLink
-
-if TYPE_CHECKING:
-    from fedsim.sim.radio import Radio
+from fedsim.sim.transmission import Channel, RadioLink
 
 
 class LinkModel(ABC):
@@ -23,6 +20,11 @@ class LinkModel(ABC):
     name: ClassVar[str]
     peak_bits_per_hz: float = math.inf  # a cap on the spectral efficiency, if the model has one
 
+    def usable_hz(self, bandwidth_hz: float) -> float:
+        """The part of a carrier of bandwidth_hz that carries data (all of it, unless the
+        model has resource blocks and guard bands)."""
+        return bandwidth_hz
+
     @abstractmethod
     def rate_bps(self, bandwidth_hz: float, snr: float, direction: int) -> float:
         """The rate a transmitter gets on bandwidth_hz at a steady SNR (linear, over that
@@ -30,7 +32,7 @@ class LinkModel(ABC):
 
     @abstractmethod
     def transmission(
-        self, radio: Radio, direction: int, receivers: Sequence[int], power_w: float,
+        self, radio: Channel, direction: int, receivers: Sequence[int], power_w: float,
         *, peer: int = -1, site: int = 0,
     ) -> RadioLink:  # fmt: skip
         """A new transmission to the receivers (``transmission.RadioLink``'s arguments)."""

@@ -8,16 +8,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from fedsim.sim.draws import HARQ, hashed_key, hashed_uniform
-from fedsim.sim.link.adaptation import Harq, HarqSettings, HarqTally, Period
+from fedsim.sim.link.adaptation import Harq, HarqSettings, OuterLoop, Period
 from fedsim.sim.link.base import LinkModel
 from fedsim.sim.medium import TransmissionLost
-from fedsim.sim.transmission import D2D, DOWNLINK, UPLINK, Outcome, RadioLink
-
-if TYPE_CHECKING:
-    from fedsim.sim.radio import Radio
+from fedsim.sim.records import HarqTally
+from fedsim.sim.scheduler import num_prbs
+from fedsim.sim.transmission import D2D, DOWNLINK, UPLINK, Channel, Outcome, RadioLink
 
 
 @dataclass(frozen=True)
@@ -29,28 +27,36 @@ class HarqLinkSettings:
 
 
 class HarqLink(LinkModel):
-    """Link adaptation and HARQ per direction (D2D, a sidelink, uses the uplink's curves);
-    the outer loops of every link persist across its transfers."""
+    """Link adaptation and HARQ per direction (D2D, a sidelink, uses the uplink's curves),
+    with an outer loop (``OuterLoop``) unless ``olla_step_db`` is None; the outer loops of
+    every link persist across its transfers."""
 
     name = "harq"
 
     def __init__(self, settings: HarqSettings) -> None:
         self.settings = settings
+        adaptation = OuterLoop if settings.olla_step_db else Harq
         self.adaptation = {
-            UPLINK: Harq(settings, "uplink"),
-            DOWNLINK: Harq(settings, "downlink"),
-            D2D: Harq(settings, "uplink"),
+            UPLINK: adaptation(settings, "uplink"),
+            DOWNLINK: adaptation(settings, "downlink"),
+            D2D: adaptation(settings, "uplink"),
         }
+
+    def usable_hz(self, bandwidth_hz: float) -> float:
+        """NR's transmission bandwidth: the carrier's PRBs (TS 38.101-1 Table 5.3.2-1: 24 on
+        10 MHz at 30 kHz, not 27.8; the guard bands take the rest)."""
+        spacing_khz = self.settings.subcarrier_spacing_khz
+        return num_prbs(bandwidth_hz, int(spacing_khz)) * self.settings.prb_hz
 
     def rate_bps(self, bandwidth_hz: float, snr: float, direction: int) -> float:
         """The rate it delivers on average: the MCS it would pick there times 1 − its BLER
-        (0 below the lowest MCS), at the SNR over the band its blocks occupy."""
+        (0 below the lowest MCS), from the SNR over one PRB (the whole power on it)."""
         harq = self.adaptation[direction]
-        snr *= bandwidth_hz / harq.occupied_hz(bandwidth_hz)
+        snr *= bandwidth_hz / self.settings.prb_hz
         return harq.expected_rate_bps(bandwidth_hz, 10.0 * math.log10(snr) if snr > 0 else -300)
 
     def transmission(
-        self, radio: Radio, direction: int, receivers: Sequence[int], power_w: float,
+        self, radio: Channel, direction: int, receivers: Sequence[int], power_w: float,
         *, peer: int = -1, site: int = 0,
     ) -> RadioLink:  # fmt: skip
         link = HarqTransmission(radio, direction, list(receivers), power_w, peer, site)
@@ -59,7 +65,8 @@ class HarqLink(LinkModel):
 
 
 class HarqTransmission(RadioLink):
-    """A stream of transport blocks in periods of one MCS (``adaptation.Period``)."""
+    """A stream of transport blocks in periods of one channel and band share
+    (``adaptation.Period``)."""
 
     harq: Harq
 
@@ -77,32 +84,21 @@ class HarqTransmission(RadioLink):
         before): the MCS for the weakest receiver the lowest MCS reaches (a multicast serves
         its weakest member); a receiver it does not reach waits, and one that has waited
         ``link_failure_s`` in a row is dropped from the transmission, which fails when nobody
-        is left. Within a period, a re-split of the band that keeps the PRBs a block occupies
-        only changes its slots."""
+        is left."""
         harq = self.harq
         now = self.radio.now()
-        period = self._period
-        if (
-            period is not None
-            and period.shape is not None
-            and now < min(self._valid_until_s, period.review_s)
-            and not self._waiting_since
-            and harq.prbs(bandwidth_hz) == period.prbs
-        ):
-            period.rescale(now, harq.blocks_per_s(bandwidth_hz))
-            return period.speed_bps
+        self._set_duty(harq.duty(bandwidth_hz))
         state = self._powered(bandwidth_hz)
         self.finish()
-        lowest_db = harq.lowest_threshold_db(bandwidth_hz)
-        occupied_hz = harq.occupied_hz(bandwidth_hz)
+        prb_hz = harq.settings.prb_hz
         weakest, weakest_gain, snr_db, estimate_db = -1, math.inf, 0.0, 0.0
         for receiver in self.receivers:
             if receiver in self.dropped:
                 continue
             gain_hz = state[receiver]
-            snr = 10.0 * math.log10(gain_hz / occupied_hz)
+            snr = 10.0 * math.log10(gain_hz / prb_hz)  # over one PRB, the whole power on it
             estimate = self._estimate_db(receiver, snr)
-            if estimate >= lowest_db:
+            if harq.reaches(estimate, bandwidth_hz):
                 self._waiting_since.pop(receiver, None)
                 if gain_hz < weakest_gain:
                     weakest, weakest_gain, snr_db, estimate_db = receiver, gain_hz, snr, estimate

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from fedsim.sim.link.base import LinkModel, Shannon
-from fedsim.sim.transmission import UPLINK, Outcome, RadioLink
-
-if TYPE_CHECKING:
-    from fedsim.sim.radio import Radio
+from fedsim.sim.transmission import UPLINK, Channel, Outcome, RadioLink
 
 
 @dataclass(frozen=True)
@@ -34,7 +30,7 @@ class Ideal(LinkModel):
         return self.shannon.rate_bps(bandwidth_hz, snr)
 
     def transmission(
-        self, radio: Radio, direction: int, receivers: Sequence[int], power_w: float,
+        self, radio: Channel, direction: int, receivers: Sequence[int], power_w: float,
         *, peer: int = -1, site: int = 0,
     ) -> RadioLink:  # fmt: skip
         return IdealTransmission(radio, direction, list(receivers), power_w, peer, site)

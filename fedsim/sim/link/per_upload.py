@@ -9,16 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from fedsim.sim.draws import UPLOAD, hashed_uniform
 from fedsim.sim.link.base import Shannon
 from fedsim.sim.link.ideal import Ideal, IdealTransmission
 from fedsim.sim.medium import TransmissionLost
-from fedsim.sim.transmission import UPLINK, Outcome, RadioLink
-
-if TYPE_CHECKING:
-    from fedsim.sim.radio import Radio
+from fedsim.sim.transmission import UPLINK, Channel, Outcome, RadioLink
 
 
 @dataclass(frozen=True)
@@ -41,12 +37,14 @@ class PerUpload(Ideal):
         self.settings = settings
 
     def transmission(
-        self, radio: Radio, direction: int, receivers: Sequence[int], power_w: float,
+        self, radio: Channel, direction: int, receivers: Sequence[int], power_w: float,
         *, peer: int = -1, site: int = 0,
     ) -> RadioLink:  # fmt: skip
-        return PerUploadTransmission(radio, direction, list(receivers), power_w, peer, site)
+        link = PerUploadTransmission(radio, direction, list(receivers), power_w, peer, site)
+        link.model = self
+        return link
 
-    def upload_lost(self, radio: Radio, link: PerUploadTransmission) -> bool:
+    def upload_lost(self, radio: Channel, link: PerUploadTransmission) -> bool:
         """Whether the upload is lost: one draw against q at its first SNR, or its SINR
         against the threshold."""
         snr = link.first_snr
@@ -59,6 +57,7 @@ class PerUpload(Ideal):
 
 
 class PerUploadTransmission(IdealTransmission):
+    model: PerUpload
     first_snr: float = 0.0  # the SNR its first block started at
 
     def speed_bps(self, bandwidth_hz: float, remaining_bits: float) -> float:
@@ -68,8 +67,7 @@ class PerUploadTransmission(IdealTransmission):
         return rate_bps
 
     def outcome(self, attempt: int, is_online: Callable[[int], bool]) -> Outcome:
-        model: PerUpload = self.radio.link  # type: ignore[assignment]
-        if self.direction != UPLINK or not model.upload_lost(self.radio, self):
+        if self.direction != UPLINK or not self.model.upload_lost(self.radio, self):
             return super().outcome(attempt, is_online)
         [client] = self.receivers
         self.radio.stats[client].outages += 1

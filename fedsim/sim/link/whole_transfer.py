@@ -13,15 +13,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from fedsim.sim.draws import OUTAGE, hashed_uniform
 from fedsim.sim.link.base import LinkModel, Shannon
 from fedsim.sim.medium import TransmissionLost
-from fedsim.sim.transmission import DOWNLINK, UPLINK, Outcome, RadioLink
-
-if TYPE_CHECKING:
-    from fedsim.sim.radio import Radio
+from fedsim.sim.transmission import DOWNLINK, UPLINK, Channel, Outcome, RadioLink
 
 
 @dataclass(frozen=True)
@@ -67,22 +63,22 @@ class WholeTransfer(LinkModel):
         return hashed_uniform(key, OUTAGE, *counters) < q
 
     def transmission(
-        self, radio: Radio, direction: int, receivers: Sequence[int], power_w: float,
+        self, radio: Channel, direction: int, receivers: Sequence[int], power_w: float,
         *, peer: int = -1, site: int = 0,
     ) -> RadioLink:  # fmt: skip
-        return WholeTransferTransmission(radio, direction, list(receivers), power_w, peer, site)
+        link = WholeTransferTransmission(radio, direction, list(receivers), power_w, peer, site)
+        link.model = self
+        return link
 
 
 class WholeTransferTransmission(RadioLink):
     """Notes, at each block it spans, which receivers lose it; goes on at the rate of the
     weakest receiver that can still decode it."""
 
-    @property
-    def _model(self) -> WholeTransfer:
-        return self.radio.link  # type: ignore[return-value]
+    model: WholeTransfer
 
     def speed_bps(self, bandwidth_hz: float, remaining_bits: float) -> float:
-        radio, model = self.radio, self._model
+        radio, model = self.radio, self.model
         snrs = {r: gain_hz / bandwidth_hz for r, gain_hz in self._powered(bandwidth_hz).items()}
         for receiver, snr in snrs.items():
             if receiver in self.missed:
@@ -110,7 +106,7 @@ class WholeTransferTransmission(RadioLink):
         wasted = float(to_base_station and bool(lost))
         if not lost_online:
             return Outcome(got, None, wasted, logged, reason)
-        if attempt >= self._model.outage.max_retransmissions:
+        if attempt >= self.model.outage.max_retransmissions:
             self.radio.note_given_up(self)
             if self.direction == DOWNLINK:
                 return Outcome(got, None, wasted, logged, reason)
