@@ -138,7 +138,8 @@ D2DPathLossConfig = Annotated[tagged_union(D2D_PATH_LOSSES, "kind"), BeforeValid
 
 
 class FadingConfig(_Strict):
-    """Small-scale block fading, re-drawn every coherence_s (null: at every transmission)."""
+    """Small-scale block fading, constant over blocks of coherence_s (null: re-drawn at every
+    transmission); blocks independent, or correlated in time by a Doppler frequency."""
 
     model: Literal["none", "rayleigh", "rician"] = "none"
     k_factor_db: Annotated[float, Field(ge=-30, le=40), NO_BOOL] = Field(
@@ -148,6 +149,21 @@ class FadingConfig(_Strict):
         default=0.1,
         description="block length (0.1 s: a pedestrian at 2 GHz); null: per transmission",
     )
+    doppler_hz: Annotated[float, Field(gt=0, le=10_000), NO_BOOL] | None = Field(
+        default=None,
+        description="null: independent blocks; else h(t) is Clarke/Jakes's sum of sinusoids "
+        "(Zheng and Xiao 2003), correlated as J0(2π f_D τ), sampled at each block's start "
+        "(f_D = v·f_c/c: 5.6 Hz for 3 km/h at 2 GHz; blocks well under 1/f_D follow it)",
+    )
+
+    @model_validator(mode="after")
+    def _doppler_needs_blocks(self) -> FadingConfig:
+        if self.doppler_hz is not None and (self.model == "none" or self.coherence_s is None):
+            raise ValueError(
+                "doppler_hz: correlates fading blocks in time: it needs model rayleigh or "
+                "rician and a coherence_s (the blocks it samples h(t) at)"
+            )
+        return self
 
 
 class IdealLink(_Strict):

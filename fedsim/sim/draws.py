@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 _MASK64 = (1 << 64) - 1
 SHADOWING, FADING, OUTAGE, WAYPOINT, HARQ, LOS, UPLOAD = 1, 2, 3, 4, 5, 6, 7  # purposes
@@ -42,24 +43,73 @@ def hashed_normal_pair(key: int, *counters: int) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Fading:
-    """Small-scale fading |h|² (mean 1), re-drawn per block of ``coherence_s`` or, when
-    that is None, at every transmission."""
+    """Small-scale fading |h|² (mean 1), constant over blocks of ``coherence_s`` or, when that
+    is None, re-drawn at every transmission.
+
+    Blocks are independent draws unless ``doppler_hz`` is set: then the scattered part of h is
+    a sum of sinusoids (Zheng and Xiao, IEEE Trans. Commun. 2003, after Clarke 1968 and Jakes
+    1974), a fixed function of time per link whose autocorrelation is J0(2π f_D τ) (the power's
+    J0²(2π f_D τ) for Rayleigh), sampled at each block's start: consecutive blocks are then as
+    correlated as the Doppler says, which a channel estimate some blocks old needs."""
 
     model: str = "none"  # none | rayleigh | rician
     k_factor: float = 0.0  # rician: power of the line of sight over the scattered power
     coherence_s: float | None = None
+    doppler_hz: float | None = None  # None: independent blocks
 
     def power_gain(self, key: int, *counters: int) -> float:
+        """|h|² of the link named by the counters (the last one: its block, or transmission)."""
         if self.model == "none":
             return 1.0
-        if self.model == "rayleigh":  # |h|² ~ Exp(1)
+        if self.doppler_hz is not None and self.coherence_s:
+            *link, block = counters
+            real, imaginary = _sum_of_sinusoids(key, tuple(link), self.doppler_hz,
+                                                block * self.coherence_s)  # fmt: skip
+            n1, n2 = math.sqrt(2.0) * real, math.sqrt(2.0) * imaginary  # two N(0, 1)
+        elif self.model == "rayleigh":  # |h|² ~ Exp(1)
             return -math.log(hashed_uniform(key, *counters, 0))
+        else:
+            n1, n2 = hashed_normal_pair(key, *counters)
+        if self.model == "rayleigh":
+            return 0.5 * (n1 * n1 + n2 * n2)
         if self.model == "rician":
             k = self.k_factor
-            n1, n2 = hashed_normal_pair(key, *counters)
             scatter = math.sqrt(0.5 / (k + 1.0))
             return (math.sqrt(k / (k + 1.0)) + scatter * n1) ** 2 + (scatter * n2) ** 2
         raise ValueError(f"unknown fading model {self.model!r}")
+
+
+SINUSOIDS = 16  # per quadrature: Zheng and Xiao's statistics hold from about 8
+
+
+@lru_cache(maxsize=1 << 16)
+def _sinusoid_terms(
+    key: int, link: tuple[int, ...]
+) -> tuple[tuple[float, float, float, float], ...]:
+    """The link's M paths: (cos α_n, sin α_n, φ_n, ψ_n) with α_n = (2πn − π + θ)/(4M) and θ,
+    φ_n, ψ_n uniform on [−π, π) (Zheng and Xiao 2003, eq. 7)."""
+    theta = 2.0 * math.pi * hashed_uniform(key, *link, -1) - math.pi
+    terms = []
+    for n in range(1, SINUSOIDS + 1):
+        alpha = (2.0 * math.pi * n - math.pi + theta) / (4 * SINUSOIDS)
+        phi = 2.0 * math.pi * hashed_uniform(key, *link, -2, n) - math.pi
+        psi = 2.0 * math.pi * hashed_uniform(key, *link, -3, n) - math.pi
+        terms.append((math.cos(alpha), math.sin(alpha), phi, psi))
+    return tuple(terms)
+
+
+def _sum_of_sinusoids(
+    key: int, link: tuple[int, ...], doppler_hz: float, time_s: float
+) -> tuple[float, float]:
+    """The link's h(t) = (X, Y), each of variance 1/2: X = √(1/M) Σ cos(2π f_D t cos α_n + φ_n),
+    Y = √(1/M) Σ cos(2π f_D t sin α_n + ψ_n)."""
+    omega = 2.0 * math.pi * doppler_hz * time_s
+    real = imaginary = 0.0
+    for cos_alpha, sin_alpha, phi, psi in _sinusoid_terms(key, link):
+        real += math.cos(omega * cos_alpha + phi)
+        imaginary += math.cos(omega * sin_alpha + psi)
+    scale = math.sqrt(1.0 / SINUSOIDS)
+    return real * scale, imaginary * scale
 
 
 def block_of(time_s: float, period_s: float) -> int:

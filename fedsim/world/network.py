@@ -153,6 +153,7 @@ def radio_settings(config: RadioConfig) -> RadioSettings:
             model=config.fading.model,
             k_factor=10.0 ** (config.fading.k_factor_db / 10.0),
             coherence_s=config.fading.coherence_s,
+            doppler_hz=config.fading.doppler_hz,
         ),
         shadowing_db=(1.0 if law.shadowing else 0.0) if standard else config.shadowing_db,
         shadowing_coherence_s=config.shadowing_coherence_s,
