@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import random
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -214,19 +215,19 @@ class Harq:
             for m in sizes
         }  # fmt: skip
         estimates = {m: estimate_db - _db(m) for m in sizes}
-        draws = np.random.default_rng(int(u * 2.0**53)).random(blocks).tolist()
+        draw = random.Random(int(u * 2.0**53)).random  # Mersenne Twister: cheap to seed
         offset = self.offset_db(link)
         up_db, down_db = self._up_db, self._down_db
         failed = mcs_sum = failed_bits = delivered = 0
         trace, first = [], None
-        for k, draw in enumerate(draws):
+        for k in range(blocks):
             m = small + (math.floor((k + 1) * extra) - math.floor(k * extra)) if extra else small
             m_floors = floors[m]
             i = min(bisect.bisect_left(m_floors, offset - estimates[m]), len(m_floors) - 1)
             shape = shapes[m][i]
             first = first or shape
             mcs_sum += shape.mcs
-            if draw < failure[m][i]:  # a NACK
+            if draw() < failure[m][i]:  # a NACK
                 failed += 1
                 failed_bits += shape.bits
                 offset = min(offset + up_db, OLLA_LIMIT_DB)
