@@ -124,7 +124,7 @@ def test_auto_sharpens_the_kernel_for_small_shards(tmp_path):
         },
         clients={"count": 12},
         algorithms=[
-            {"name": "ucfl", "label": "auto"},
+            {"name": "ucfl", "label": "auto", "variance_batches": "auto"},
             {"name": "ucfl", "label": "fixed", "variance_batches": 3},
         ],
         run={"rounds": 1},
@@ -148,7 +148,8 @@ def test_auto_sharpens_the_kernel_for_small_shards(tmp_path):
 
 
 def test_every_client_uploads_one_variance_per_candidate(tmp_path):
-    data = tiny_scenario(tmp_path, algorithms=[{"name": "ucfl", "streams": 2}], run={"rounds": 1})
+    ucfl = {"name": "ucfl", "streams": 2, "variance_batches": "auto"}
+    data = tiny_scenario(tmp_path, algorithms=[ucfl], run={"rounds": 1})
     results_dir = run_scenario(parse_scenario(data), show_progress=False)
     with (results_dir / "ucfl" / "rounds.csv").open() as f:
         [row] = list(csv.DictReader(f))
@@ -160,11 +161,10 @@ def _ucfl(tmp_path, **options: object):
     return parse_scenario(tiny_scenario(tmp_path, algorithms=[{"name": "ucfl", **options}]))
 
 
-def test_auto_is_the_default_and_a_number_still_fixes_k(tmp_path):
-    default = _ucfl(tmp_path).algorithms[0]
-    assert default.variance_batches == "auto"
-    assert default.variance_batch_candidates == CANDIDATES
-    assert _ucfl(tmp_path, variance_batches=3).algorithms[0].variance_batches == 3
+def test_a_number_or_auto_fixes_k_and_the_candidates_default(tmp_path):
+    auto = _ucfl(tmp_path, variance_batches="auto").algorithms[0]
+    assert auto.variance_batches == "auto" and auto.variance_batch_candidates == CANDIDATES
+    assert _ucfl(tmp_path, variance_batches=4).algorithms[0].variance_batches == 4
 
 
 @pytest.mark.parametrize(
@@ -180,3 +180,26 @@ def test_a_bad_candidate_list_is_refused_naming_the_field(tmp_path, candidates, 
         _ucfl(tmp_path, variance_batch_candidates=candidates)
     [problem] = caught.value.problems
     assert problem.startswith(expected)
+
+
+@pytest.mark.parametrize(
+    "dataset, expected",
+    [
+        (
+            {
+                "partition": {"kind": "iid"},
+                "group_shift": {"kind": "label_permutation", "groups": 2},
+            },
+            3,
+        ),
+        ({"partition": {"kind": "iid"}, "group_shift": {"kind": "rotation", "groups": 2}}, 3),
+        ({"partition": {"kind": "dirichlet", "alpha": 0.4}}, 10),
+    ],
+)
+def test_the_default_k_is_the_papers_for_the_kind_of_shift(tmp_path, dataset, expected):
+    """§V-F: N/3 for covariate or concept shift, 100 of 1,000 samples for label shift;
+    resolved at validation, so scenario.yaml records it; auto and a number stay as given."""
+    auto = {"name": "ucfl", "label": "auto", "variance_batches": "auto"}
+    data = tiny_scenario(tmp_path, dataset=dataset, algorithms=[{"name": "ucfl"}, auto])
+    paper, auto = parse_scenario(data).algorithms
+    assert paper.variance_batches == expected and auto.variance_batches == "auto"

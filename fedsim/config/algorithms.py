@@ -325,13 +325,19 @@ class FedFomoConfig(SyncServerConfig):
     validation_fraction: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = 0.2
 
 
+# UCFL's variance batches K as the paper sets them (§V-F, Fig. 7) per kind of shift.
+UCFL_PAPER_BATCHES = {"group_shift": 3, "label": 10}
+
+
 class UcflConfig(SyncServerConfig):
     """User-centric FL: eq. (9) collaboration weights, k personalized downlink streams.
 
     The kernel's bandwidth is 2 sigma_i^2, and sigma_i^2 grows with the number K of
     variance batches (about (K - 1) times the noise of g_i): fewer batches, sharper kernel.
-    The paper tunes the batch size by hand (Fig. 7: 100 of 1,000 samples for label shift,
-    N/3 for covariate or concept shift). ``variance_batches: auto`` chooses K among
+    The paper sets the batch size by the kind of shift (§V-F, Fig. 7: 100 of 1,000 samples,
+    K = 10, for label shift; N/3, K = 3, for covariate or concept shift): ``variance_batches:
+    paper`` (the default) takes that K from the dataset (a ``group_shift``: 3; label shift
+    alone: 10), resolved at validation. ``auto`` (fedsim's own) chooses K among
     ``variance_batch_candidates`` from the data: the K whose weights give the lowest
     estimated error of the collaborative gradient (``ucfl.choose_variance_batches``).
     """
@@ -347,11 +353,13 @@ class UcflConfig(SyncServerConfig):
     tradeoff_lambda: Weight = 0.01
     max_streams: PositiveInt | None = None
     variance_batches: Annotated[
-        Annotated[int, Field(ge=2, le=MAX_COUNT)] | Literal["auto"], NO_BOOL
+        Annotated[int, Field(ge=2, le=MAX_COUNT)] | Literal["paper", "auto"], NO_BOOL
     ] = Field(
-        default="auto",
-        description="K batches of n_i / K samples for sigma_i^2 (paper: N/3, i.e. 3), or "
-        "'auto': the candidate K of lowest estimated error of the weighted gradient",
+        default="paper",
+        description="K batches of n_i / K samples for sigma_i^2; 'paper': the paper's K for "
+        "the dataset's shift (3 for a group_shift, covariate or concept; 10 for label shift "
+        "alone), resolved at validation; 'auto': the candidate K of lowest estimated error "
+        "of the weighted gradient",
     )
     variance_batch_candidates: list[Annotated[int, Field(ge=2, le=MAX_COUNT), NO_BOOL]] = Field(
         default=[2, 3, 4, 6, 8, 12, 16],

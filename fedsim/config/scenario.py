@@ -15,6 +15,7 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator, mo
 
 from fedsim.config.algorithms import (
     CHANNEL_AWARE_POLICIES,
+    UCFL_PAPER_BATCHES,
     AlgorithmConfig,
     AsyncServerConfig,
     CoboConfig,
@@ -22,6 +23,7 @@ from fedsim.config.algorithms import (
     LocalConfig,
     SelectionConfig,
     SyncServerConfig,
+    UcflConfig,
     cobo_largest_penalty,
     cobo_round_factor,
 )
@@ -160,6 +162,16 @@ class Scenario(_Strict):
                 f"dataset.group_shift.sizes: they sum to {sum(shift.sizes)}, but there are "
                 f"{clients} clients (clients.count plus the arrivals' reserve)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _ucfl_takes_the_papers_variance_batches(self) -> Scenario:
+        """UCFL's ``variance_batches: paper``: the paper's K for the dataset's kind of shift
+        (§V-F: N/3 for covariate or concept shift, 100 of 1,000 samples for label shift)."""
+        paper_k = UCFL_PAPER_BATCHES["group_shift" if self.dataset.group_shift else "label"]
+        for i, algorithm in enumerate(self.algorithms):
+            if isinstance(algorithm, UcflConfig) and algorithm.variance_batches == "paper":
+                self.algorithms[i] = algorithm.model_copy(update={"variance_batches": paper_k})
         return self
 
     @model_validator(mode="after")
