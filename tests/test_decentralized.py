@@ -174,10 +174,11 @@ def test_cobo_messages_follow_the_sampled_pairs_and_nonzero_weights(tmp_path):
     assert np.allclose(history[-1], history[-1].T)  # both sides of a pair agree
 
 
-def test_cobo_weight_batch_size_at_the_data_size_uses_full_midpoint_gradients(tmp_path):
+@pytest.mark.parametrize("full", ["full", 100_000])
+def test_cobo_weight_batch_size_full_uses_full_midpoint_gradients(tmp_path, full):
     gamma = 1e-3
     algorithm = {"name": "cobo", "pair_sampling": "all", "weight_lr": gamma,
-                 "weight_batch_size": 100_000}  # fmt: skip
+                 "weight_batch_size": full}  # fmt: skip
     data = decentralized(tmp_path, algorithm, run={"rounds": 1})
     state = CoboState()
     world = run_with_state(data, tmp_path, run_cobo, state)

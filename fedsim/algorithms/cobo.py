@@ -47,7 +47,8 @@ Fashion-MNIST with an MLP, lr 0.05, one step: lr ρ n = 1.9 diverged after a doz
 Choices where the paper is silent (spec §7–8), all parameters:
 - ``weight_batch_size`` (default: the training batch size, as the paper's "stochastic
   gradients"): the mini-batch of each midpoint gradient; Theorem 1 (B) asks for a large
-  enough one. A value at or over a client's training set gives its full gradient.
+  enough one. ``full`` (or a value at or over a client's training set) gives its full
+  gradient: the inner products then stop reopening links the first meetings closed.
 - Weights are symmetric: the lower id of a pair computes the update and tells the other.
   If that WEIGHT message is lost, the two views differ until the pair meets again.
 - ``local_steps`` > 1 (a deviation; the paper takes one step per round) repeats the X-step's
@@ -271,15 +272,20 @@ def answer_probe(
 
 def weight_batch_size(world: World, config: CoboConfig, client: int) -> int:
     """Samples behind one midpoint gradient (at most the client's whole training set)."""
-    size = config.weight_batch_size or world.trainer.batch_size
-    return min(size, world.clients[client].shard.num_train)
+    num_train = world.clients[client].shard.num_train
+    if config.weight_batch_size == "full":
+        return num_train
+    return min(config.weight_batch_size or world.trainer.batch_size, num_train)
 
 
 def midpoint_gradient(
     world: World, config: CoboConfig, client: int, midpoint: torch.Tensor, partner: int
 ) -> torch.Tensor:
-    """∇f_client at the pair's midpoint, on one mini-batch of the client's training data."""
+    """∇f_client at the pair's midpoint, on a mini-batch of the client's training data or
+    on all of it."""
     shard = world.clients[client].shard
+    if config.weight_batch_size == "full":
+        return world.trainer.gradient(midpoint, shard.x_train, shard.y_train)
     rng = world.streams.generator("cobo_batch", client, partner, world.round_index or 0)
     size = weight_batch_size(world, config, client)
     rows = torch.from_numpy(rng.choice(shard.num_train, size, replace=False))

@@ -577,10 +577,11 @@ class CoboConfig(DecentralizedConfig):
     local_steps: PositiveInt = Field(
         default=1, description="SGD steps per round (paper: 1) with the penalty held fixed"
     )
-    weight_batch_size: PositiveInt | None = Field(
+    weight_batch_size: Annotated[PositiveInt | Literal["full"], NO_BOOL] | None = Field(
         default=None,
-        description="mini-batch of each midpoint gradient (default training.batch_size; "
-        "capped at the client's training set, which then gives its full gradient)",
+        description="the samples of each midpoint gradient: 'full' (the client's whole "
+        "training set), a mini-batch of this size (capped at the training set), or null "
+        "(training.batch_size, the paper's 'stochastic gradients')",
     )
     join_weight: UnitInterval = Field(
         default=0.0, description="w between a newcomer and everyone (1 would drag all to it)"
