@@ -174,11 +174,13 @@ def test_cobo_messages_follow_the_sampled_pairs_and_nonzero_weights(tmp_path):
     assert np.allclose(history[-1], history[-1].T)  # both sides of a pair agree
 
 
-@pytest.mark.parametrize("full", ["full", 100_000])
+@pytest.mark.parametrize("full", ["full", 100_000, None])
 def test_cobo_weight_batch_size_full_uses_full_midpoint_gradients(tmp_path, full):
+    """'full', a size over the data, and the default (None: the key left out)."""
     gamma = 1e-3
-    algorithm = {"name": "cobo", "pair_sampling": "all", "weight_lr": gamma,
-                 "weight_batch_size": full}  # fmt: skip
+    algorithm = {"name": "cobo", "pair_sampling": "all", "weight_lr": gamma}
+    if full is not None:
+        algorithm["weight_batch_size"] = full
     data = decentralized(tmp_path, algorithm, run={"rounds": 1})
     state = CoboState()
     world = run_with_state(data, tmp_path, run_cobo, state)

@@ -578,10 +578,11 @@ class CoboConfig(DecentralizedConfig):
         default=1, description="SGD steps per round (paper: 1) with the penalty held fixed"
     )
     weight_batch_size: Annotated[PositiveInt | Literal["full"], NO_BOOL] | None = Field(
-        default=None,
+        default="full",
         description="the samples of each midpoint gradient: 'full' (the client's whole "
-        "training set), a mini-batch of this size (capped at the training set), or null "
-        "(training.batch_size, the paper's 'stochastic gradients')",
+        "training set; measured better on both CoBo paper files, scenarios/papers/README.md), "
+        "a mini-batch of this size (capped at the training set), or null (training."
+        "batch_size, the paper's 'stochastic gradients')",
     )
     join_weight: UnitInterval = Field(
         default=0.0, description="w between a newcomer and everyone (1 would drag all to it)"
