@@ -207,27 +207,27 @@ class Harq:
         feedback. Returns, after each block, (offset, failed, sum of MCS, failed bits,
         delivered bits) so far, and the first block's shape."""
         small, extra = self.allocation(share_hz)
-        sizes = (small, small + 1) if extra > 0 else (small,)
-        shapes = {m: self.shapes(m) for m in sizes}
-        floors = {m: self._floors_of(m) for m in sizes}
-        failure = {
-            m: [self.failure_probability(snr_db - _db(m), shape) for shape in shapes[m]]
-            for m in sizes
-        }  # fmt: skip
-        estimates = {m: estimate_db - _db(m) for m in sizes}
+        # per block size (⌊b⌋, ⌈b⌉ PRBs): its shapes, the thresholds' floors, the SNR's step
+        # on the curves' grid, the estimate over it, its lowest MCS
+        sizes = [
+            (self.shapes(m), self._floors_of(m), snr_step(snr_db - _db(m)),
+             estimate_db - _db(m), len(self.shapes(m)) - 1)
+            for m in ((small, small + 1) if extra > 0 else (small,))
+        ]  # fmt: skip
         draw = random.Random(int(u * 2.0**53)).random  # Mersenne Twister: cheap to seed
+        bisect_left = bisect.bisect_left
         offset = self.offset_db(link)
         up_db, down_db = self._up_db, self._down_db
         failed = mcs_sum = failed_bits = delivered = 0
         trace, first = [], None
         for k in range(blocks):
-            m = small + (math.floor((k + 1) * extra) - math.floor(k * extra)) if extra else small
-            m_floors = floors[m]
-            i = min(bisect.bisect_left(m_floors, offset - estimates[m]), len(m_floors) - 1)
-            shape = shapes[m][i]
-            first = first or shape
+            bigger = int((k + 1) * extra) - int(k * extra) if extra else 0
+            shapes, floors, step, estimate, lowest = sizes[bigger]
+            shape = shapes[min(bisect_left(floors, offset - estimate), lowest)]
+            if first is None:
+                first = shape
             mcs_sum += shape.mcs
-            if draw() < failure[m][i]:  # a NACK
+            if draw() < shape.failure[step]:  # a NACK
                 failed += 1
                 failed_bits += shape.bits
                 offset = min(offset + up_db, OLLA_LIMIT_DB)
