@@ -84,10 +84,14 @@ class Shape:
 @dataclass(slots=True)
 class Period:
     """What a transmitter does from ``start_s`` until its channel or its band share changes:
-    its blocks one by one (``trace``), and the average rate they deliver at."""
+    its blocks one by one (``trace``), and the average rate they deliver at. A re-split of
+    the band that keeps the share's allocation (a share under one PRB: one PRB in some of the
+    slots) only changes how many slots it gets: the same blocks go on at the new rate
+    (``rescale``)."""
 
     start_s: float
     shape: Shape | None  # its first block's (None: below the lowest MCS, nothing sent)
+    allocation: tuple[int, float]  # Harq.allocation of its share
     blocks_per_s: float  # transport blocks sent per second
     sent: int  # blocks it plans to send in the period
     failed: int  # of those, the failures drawn
@@ -96,10 +100,23 @@ class Period:
     review_s: float = math.inf  # when to run it again though the channel is the same
     # after each block: (outer-loop offset, failed, sum of MCS, failed bits, delivered bits)
     trace: list[tuple[float, int, int, int, int]] = field(default_factory=list)
+    since_s: float = -math.inf  # when blocks_per_s last changed (start_s at first)
+    blocks_run: float = 0.0  # blocks sent before since_s
+
+    def rescale(self, now_s: float, blocks_per_s: float) -> None:
+        """The transmitter gets another number of slots from now on: the blocks it planned go
+        on at the new rate, and it runs again when they are used up."""
+        self.blocks_run += (now_s - max(self.since_s, self.start_s)) * self.blocks_per_s
+        self.since_s = now_s
+        self.speed_bps *= blocks_per_s / self.blocks_per_s
+        self.blocks_per_s = blocks_per_s
+        left = len(self.trace) - self.blocks_run
+        self.review_s = min(self.review_s, now_s + max(left, 0.0) / blocks_per_s)
 
     def blocks_until(self, end_s: float) -> int:
         """The blocks sent from its start to end_s."""
-        return math.floor((end_s - self.start_s) * self.blocks_per_s + 1e-6)
+        since_s = max(self.since_s, self.start_s)
+        return math.floor(self.blocks_run + (end_s - since_s) * self.blocks_per_s + 1e-6)
 
 
 class Harq:
@@ -178,8 +195,9 @@ class Harq:
         offset), given the bits still to deliver and the time until the channel changes: its
         blocks one by one, drawn from a stream seeded by the uniform ``u``."""
         blocks_per_s = self.blocks_per_s(share_hz)
+        allocation = self.allocation(share_hz)
         if not self.reaches(estimate_db, share_hz):  # not reached: nothing sent
-            return Period(start_s, None, blocks_per_s, 0, 0, 0.0, until_change_s)
+            return Period(start_s, None, allocation, blocks_per_s, 0, 0, 0.0, until_change_s)
         fit = until_change_s * blocks_per_s
         capped = fit > MAX_PLANNED_BLOCKS
         blocks = MAX_PLANNED_BLOCKS if capped else max(1, math.floor(fit))
@@ -191,7 +209,9 @@ class Harq:
         else:
             speed_bps = delivered * blocks_per_s / sent
             duration_s = sent / blocks_per_s if capped else until_change_s
-        period = Period(start_s, first, blocks_per_s, sent, failed, speed_bps, duration_s)
+        period = Period(
+            start_s, first, allocation, blocks_per_s, sent, failed, speed_bps, duration_s
+        )
         period.trace = trace
         if capped:  # run it again then, the channel the same
             period.review_s = start_s + duration_s

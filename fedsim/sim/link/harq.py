@@ -84,10 +84,21 @@ class HarqTransmission(RadioLink):
         before): the MCS for the weakest receiver the lowest MCS reaches (a multicast serves
         its weakest member); a receiver it does not reach waits, and one that has waited
         ``link_failure_s`` in a row is dropped from the transmission, which fails when nobody
-        is left."""
+        is left. A re-split of the band that keeps the share's allocation (a share under one
+        PRB stays on one PRB) only changes its slots: the period goes on at the new rate."""
         harq = self.harq
         now = self.radio.now()
         self._set_duty(harq.duty(bandwidth_hz))
+        period = self._period
+        if (
+            period is not None
+            and period.shape is not None
+            and now < min(self._valid_until_s, period.review_s)
+            and not self._waiting_since
+            and harq.allocation(bandwidth_hz) == period.allocation
+        ):  # a re-split that keeps its allocation: the same blocks, other slots
+            period.rescale(now, harq.blocks_per_s(bandwidth_hz))
+            return period.speed_bps
         state = self._powered(bandwidth_hz)
         self.finish()
         prb_hz = harq.settings.prb_hz
