@@ -241,6 +241,24 @@ def test_a_fractional_share_alternates_whole_prbs_and_radiates_no_more_than_it_h
     assert len(on_three) == period.sent // 4  # a quarter of the blocks on 3 PRBs
 
 
+def test_a_re_split_that_keeps_the_allocation_changes_only_the_slots():
+    """Within a period, a share under one PRB that grows (another upload left) keeps its
+    blocks and their failures: they go on at the new rate; the blocks counted are those of
+    each rate for its time, and the period runs again when its planned blocks are used up."""
+    link = harq()
+    prb_hz = link.settings.prb_hz
+    period = link.plan(0.0, 0, 12.0, 12.0, 0.25 * prb_hz, 1e9, 0.1, 0.3)
+    assert period.allocation == (1, 0.0) and period.blocks_per_s == pytest.approx(500)
+    assert period.sent == 50 and period.review_s == math.inf
+    speed = period.speed_bps
+    period.rescale(0.04, link.blocks_per_s(0.5 * prb_hz))  # 20 blocks sent, now 1,000/s
+    assert period.speed_bps == pytest.approx(2 * speed)
+    assert period.review_s == pytest.approx(0.04 + 30 / 1000)  # the 30 left, at the new rate
+    tally = link.settle(period, 0.06, 0)
+    assert tally.sent == 0.04 * 500 + 0.02 * 1000
+    assert tally.failed == period.trace[39][1]
+
+
 def test_a_share_under_one_prb_radiates_in_its_share_of_the_slots():
     """Six fixed sub-bands of 3 PRBs: each upload has half a PRB, so it sends on one PRB in
     half the slots, and radiates half its power on average."""
