@@ -50,7 +50,7 @@ Choices where the paper is silent (spec §7–8), all parameters:
   midpoint gradient; Theorem 1 (B) asks for a large enough batch. On full local gradients
   the inner products stop reopening links the first meetings closed; measured on both paper
   files, three seeds (scenarios/papers/README.md): CoBo − Local +2.5 against +1.8 on
-  cross-silo, +1.7 against +1.0 on cross-device at γ = 0.5 (−6.3 against −5.9 at γ = 0.1).
+  cross-silo, +1.1 against −0.1 on cross-device at γ = 0.5 (−6.3 against −5.9 at γ = 0.1).
 - Weights are symmetric: the lower id of a pair computes the update and tells the other.
   If that WEIGHT message is lost, the two views differ until the pair meets again.
 - ``local_steps`` > 1 (a deviation; the paper takes one step per round) repeats the X-step's
