@@ -203,3 +203,24 @@ def test_the_default_k_is_the_papers_for_the_kind_of_shift(tmp_path, dataset, ex
     data = tiny_scenario(tmp_path, dataset=dataset, algorithms=[{"name": "ucfl"}, auto])
     paper, auto = parse_scenario(data).algorithms
     assert paper.variance_batches == expected and auto.variance_batches == "auto"
+
+
+def test_saved_arrays_appear_whole_under_their_name(tmp_path, monkeypatch):
+    """collaboration.npz is written as a partial file and renamed: a study drawing its figures
+    while other runs go on never reads half of it (it crashed a CoBo study once)."""
+    import fedsim.world.world as world_module
+
+    renamed = []
+    real_replace = world_module.os.replace
+
+    def replace(source, target):
+        renamed.append((str(source), str(target)))
+        real_replace(source, target)
+
+    monkeypatch.setattr(world_module.os, "replace", replace)
+    data = tiny_scenario(tmp_path, algorithms=[{"name": "ucfl", "streams": 2}], run={"rounds": 1})
+    results_dir = run_scenario(parse_scenario(data), show_progress=False)
+    saved = results_dir / "ucfl" / "collaboration.npz"
+    assert (str(saved) + ".part", str(saved)) in renamed
+    assert not list((results_dir / "ucfl").glob("*.part"))
+    assert "weights" in np.load(saved).files

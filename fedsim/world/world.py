@@ -19,6 +19,7 @@ a server learns of it only through its own policy (a deadline), never by being t
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -721,9 +722,14 @@ class World:
 
     def save_arrays(self, file_name: str, **arrays: np.ndarray) -> None:
         """Keep an algorithm's inner state (e.g. collaboration weights) in the run folder, as
-        ``file_name`` (an ``.npz`` name of ``fedsim.results.files``)."""
+        ``file_name`` (an ``.npz`` name of ``fedsim.results.files``). Written whole and then
+        renamed: a study's figures, drawn while other runs go on, never read half a file."""
         if self.recorder.run_dir is not None:
-            np.savez_compressed(self.recorder.run_dir / file_name, **arrays)
+            path = self.recorder.run_dir / file_name
+            partial = path.with_name(f"{path.name}.part")
+            with partial.open("wb") as file:
+                np.savez_compressed(file, **arrays)
+            os.replace(partial, path)
 
     def note_closed_form_round_s(self, expected_s: float) -> None:
         """An algorithm that knows its exact E[round time] by a closed form states it here
