@@ -184,6 +184,7 @@ class Radio:
         self._transmissions: dict[tuple[int, int, int], int] = {}  # per-transmission fading
         self.stats = [LinkStats() for _ in range(len(self.start_positions_m))]
         self.link: LinkModel = settings.link.build()
+        self._uplink_usable_hz = self.link.usable_hz(settings.uplink_bandwidth_hz)
 
     @property
     def num_clients(self) -> int:
@@ -408,11 +409,14 @@ class Radio:
             return 0.0
         cached = self._interference.get(site)
         if cached is None:
-            cached = sum(
-                power_w * 10.0 ** (-self.large_scale_loss_db(client, site=site) / 10.0)
-                for client, (serving, power_w) in self._transmitting.items()
-                if serving != site
-            ) / self.link.usable_hz(self.settings.uplink_bandwidth_hz)
+            cached = (
+                sum(
+                    power_w * 10.0 ** (-self.large_scale_loss_db(client, site=site) / 10.0)
+                    for client, (serving, power_w) in self._transmitting.items()
+                    if serving != site
+                )
+                / self._uplink_usable_hz
+            )
             self._interference[site] = cached
         return cached
 

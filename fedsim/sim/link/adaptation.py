@@ -230,9 +230,10 @@ class Harq:
         # per block size (⌊b⌋, ⌈b⌉ PRBs): its shapes, the thresholds' floors, the SNR's step
         # on the curves' grid, the estimate over it, its lowest MCS
         sizes = [
-            (self.shapes(m), self._floors_of(m), snr_step(snr_db - _db(m)),
-             estimate_db - _db(m), len(self.shapes(m)) - 1)
+            (shapes, self._floors_of(m), snr_step(snr_db - _db(m)), estimate_db - _db(m),
+             len(shapes) - 1)
             for m in ((small, small + 1) if extra > 0 else (small,))
+            for shapes in (self.shapes(m),)
         ]  # fmt: skip
         draw = random.Random(int(u * 2.0**53)).random  # Mersenne Twister: cheap to seed
         bisect_left = bisect.bisect_left

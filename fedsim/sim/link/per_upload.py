@@ -44,7 +44,7 @@ class PerUpload(Ideal):
         link.model = self
         return link
 
-    def upload_lost(self, radio: Channel, link: PerUploadTransmission) -> bool:
+    def upload_lost(self, link: PerUploadTransmission) -> bool:
         """Whether the upload is lost: one draw against q at its first SNR, or its SINR
         against the threshold."""
         snr = link.first_snr
@@ -53,7 +53,7 @@ class PerUpload(Ideal):
             return snr < threshold
         q = 1.0 - math.exp(-self.settings.waterfall_m / snr) if snr > 0 else 1.0
         [client] = link.receivers
-        return hashed_uniform(radio.key, UPLOAD, client, link.transmission_of(client)) < q
+        return hashed_uniform(link.radio.key, UPLOAD, client, link.transmission_of(client)) < q
 
 
 class PerUploadTransmission(IdealTransmission):
@@ -67,7 +67,7 @@ class PerUploadTransmission(IdealTransmission):
         return rate_bps
 
     def outcome(self, attempt: int, is_online: Callable[[int], bool]) -> Outcome:
-        if self.direction != UPLINK or not self.model.upload_lost(self.radio, self):
+        if self.direction != UPLINK or not self.model.upload_lost(self):
             return super().outcome(attempt, is_online)
         [client] = self.receivers
         self.radio.stats[client].outages += 1

@@ -47,8 +47,8 @@ class WholeTransfer(LinkModel):
 
     def __init__(self, outage: Outage, shannon: Shannon) -> None:
         self.outage = outage
-        threshold = outage.model == "threshold"
-        floor = 10.0 ** (outage.snr_threshold_db / 10.0) if threshold else 0.0
+        self._threshold = 10.0 ** (outage.snr_threshold_db / 10.0)  # linear
+        floor = self._threshold if outage.model == "threshold" else 0.0
         self.shannon = Shannon(shannon.snr_gap_db, shannon.max_bits_per_hz, floor)
         self.peak_bits_per_hz = shannon.max_bits_per_hz
 
@@ -58,7 +58,7 @@ class WholeTransfer(LinkModel):
     def block_is_lost(self, key: int, snr: float, *counters: int) -> bool:
         outage = self.outage
         if outage.model == "threshold":
-            return snr < 10.0 ** (outage.snr_threshold_db / 10.0)
+            return snr < self._threshold
         q = 1.0 - math.exp(-outage.waterfall_m / snr) if snr > 0 else 1.0
         return hashed_uniform(key, OUTAGE, *counters) < q
 
