@@ -63,8 +63,23 @@ def _draw_run_against_time(ax: Axes, run: Run, colour, target_accuracy: float | 
     for edge in (low, high):
         ax.plot(time, edge, color=colour, alpha=0.5, linewidth=0.6)
     ax.plot(time, style.percent(run, "worst_accuracy"), color=colour, linestyle=":", linewidth=0.9)
+    _mark_cloud_rounds(ax, run, accuracy, colour)
     if target_accuracy is not None:
         _mark_target(ax, time_to_target(run, target_accuracy), target_accuracy, colour, "o")
+
+
+def _mark_cloud_rounds(ax: Axes, run: Run, accuracy: np.ndarray, colour) -> None:
+    """Hierarchical FL: a triangle on each evaluation that follows a cloud aggregation (the
+    edges' models averaged by the cloud since the previous one)."""
+    cloud_rounds = run.columns.get("cloud_rounds")
+    if cloud_rounds is None:
+        return
+    after = np.diff(cloud_rounds, prepend=0.0) > 0
+    ax.plot(
+        run.columns["time_s"][after], accuracy[after], linestyle="none", marker="^",
+        markersize=4, color=colour, zorder=4,
+        label=f"{style.run_name(run)}: after a cloud aggregation",
+    )  # fmt: skip
 
 
 def _mark_target(ax: Axes, time_s: float | None, target: float, colour, marker: str) -> None:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from fedsim.algorithms import ALGORITHMS
-from fedsim.config import AlgorithmConfig, Scenario, SyncServerConfig
+from fedsim.config import AlgorithmConfig, HierFavgConfig, Scenario, SyncServerConfig
 from fedsim.learn.data import FederatedDataset
 from fedsim.learn.trainer import Trainer
 from fedsim.results.files import BREAKDOWN
@@ -73,6 +73,10 @@ class Budget:
     # With the harq link: its BLER curves, {"source": sionna | builtin, "version": the
     # sionna-no-rt version whose tables it read, or None}.
     bler_tables: dict | None = None
+    # With several cells: the backhaul's bytes and transmissions each way (``backhaul_totals``).
+    backhaul: dict | None = None
+    # Hierarchical FL: the cloud's level (``cloud_level``).
+    cloud: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -96,6 +100,7 @@ def budget_algorithm(
         label=algorithm.run_label,
         target_accuracy=None,
         resolved_scenario_yaml="",
+        hierarchical=algorithm.name == "hierfavg",
     )
     world = World(scenario, algorithm, dataset, trainer, recorder, progress, timing_only=True)
     world.run(ALGORITHMS[algorithm.name](world, algorithm), max_events=max_events)
@@ -140,6 +145,104 @@ def budget_algorithm(
         bler_tables=bler_tables(scenario),
         empty_rounds=len(empty),
         empty_rounds_cut_at={where: sum(r[where] for r in empty) for where in CUT_AT},
+        backhaul=backhaul_totals(world),
+        cloud=cloud_level(scenario, algorithm, world, rows),
+    )
+
+
+def backhaul_totals(world: World) -> dict | None:
+    """Bytes and transmissions on the sites' backhaul, each way (None without cells)."""
+    if world.network.backhaul is None:
+        return None
+    log = world.log
+    return {
+        "up_bytes": log.backhaul_up_bytes,
+        "down_bytes": log.backhaul_down_bytes,
+        "up_transmissions": log.transmissions["backhaul_up"],
+        "down_transmissions": log.transmissions["backhaul_down"],
+    }
+
+
+def cloud_level(
+    scenario: Scenario, algorithm: AlgorithmConfig, world: World, rows: list[dict]
+) -> dict | None:
+    """Hierarchical FL's cloud level: its aggregations, the mean time from one to the next
+    (the first from the start), the part of it on the backhaul, and its closed form."""
+    if not isinstance(algorithm, HierFavgConfig):
+        return None
+    periods: list[list[dict]] = [[]]  # the rounds of each cloud round
+    for row in rows:
+        periods[-1].append(row)
+        if row["cloud_rounds"] == len(periods):
+            periods.append([])
+    complete = periods[:-1]
+    durations_s = [p[-1]["end_s"] - p[0]["start_s"] for p in complete]
+    backhaul_s = [sum(r["backhaul_s"] for r in p) for p in complete]
+    edge_s = edge_round_closed_form_s(scenario, algorithm, world)
+    return {
+        "edge_rounds_per_cloud": algorithm.cloud_every,
+        "cloud_rounds": len(complete),
+        "cloud_round_s": float(np.mean(durations_s)) if complete else None,
+        "backhaul_s": float(np.mean(backhaul_s)) if complete else None,
+        "closed_form_cloud_round_s": None
+        if edge_s is None
+        else algorithm.cloud_every * edge_s + 2 * backhaul_transfer_s(world),
+    }
+
+
+def backhaul_transfer_s(world: World) -> float:
+    """One model over the backhaul, either way (0 without cells: no backhaul)."""
+    backhaul = world.network.backhaul
+    if backhaul is None:
+        return 0.0
+    return backhaul.transfer_s(world.payload_bytes(world.initial_params()))
+
+
+def edge_round_closed_form_s(
+    scenario: Scenario, algorithm: HierFavgConfig, world: World
+) -> float | None:
+    """HierFAVG's edge round where its duration is fixed, else None. Without cells it is
+    FedAvg's round (one edge, where the cloud is). With cells, where every duration is
+    fixed (compute deterministic per round; no fading, shadowing, interference, mobility or
+    power control; the ideal link; each upload on a fixed sub-band of its own; every client
+    selected, none leaving): the edges' rounds run side by side, so the round lasts
+    max over edges ℓ of T_dl,ℓ + t_min + max_{i ∈ ℓ} T_ul,i, the edge's multicast at its
+    weakest member's rate and each upload at its own."""
+    if world.network.backhaul is None:
+        return fedavg_round_s(scenario, algorithm, world)
+    system, radio, compute = scenario.system, scenario.system.radio, scenario.system.compute
+    fixed = (
+        radio.fading.model == "none"
+        and world.network.radio.settings.shadowing_db == 0
+        and not radio.cells.interference
+        and radio.mobility is None
+        and radio.power_control is None
+        and radio.link.model == "ideal"
+        and radio.uplink_sharing == "fixed"
+        and system.uplink_aggregation == "digital"
+        and system.network.downlink == "broadcast"
+        and system.energy is None
+        and not world.compression.active
+        and compute.per == "round"
+        and compute.mean_extra_s == 0
+        and not compute.device_classes
+        and compute.stragglers.fraction == 0
+        and compute.heavy_tail is None
+        and not scenario.clients.can_drop_out
+        and scenario.clients.arrivals.reserve == 0
+        and algorithm.client_fraction == 1
+        and algorithm.deadline_s is None
+    )
+    members = [m for m in world.edge_members().values() if m]
+    if not fixed or max(map(len, members)) > radio.uplink_subbands:
+        return None
+    down_bytes, up_bytes = (world.model_message_bytes(d) for d in ("downlink", "uplink"))
+    network = world.network
+    return max(
+        network.group_downlink_time_s(clients, down_bytes)
+        + compute.t_min_s
+        + max(network.uplink_time_s(c, up_bytes) for c in clients)
+        for clients in members
     )
 
 
@@ -168,14 +271,34 @@ def message_bytes(world: World) -> dict[str, int] | None:
     return {d: world.model_message_bytes(d) for d in directions}
 
 
-FEDAVG_PATTERN = ("fedavg", "fedprox", "fedavg_ft")  # one model down, one training, one model up
+FEDAVG_PATTERN = (
+    "fedavg",
+    "fedprox",
+    "fedavg_ft",
+    "hierfavg",
+)  # one model down, one training, one model up
 
 
 def closed_form_round_s(
     scenario: Scenario, algorithm: AlgorithmConfig, world: World
 ) -> float | None:
     """E[round time] of a synchronous round where a closed form is exact, else None: the
-    algorithm's own (``World.closed_form_round_s``), or FedAvg's round.
+    algorithm's own (``World.closed_form_round_s``), HierFAVG's (its edge round, plus its
+    share of the cloud's backhaul transfers), or FedAvg's round.
+    """
+    stated_s = world.closed_form_round_s()
+    if stated_s is not None:
+        return stated_s
+    if isinstance(algorithm, HierFavgConfig):
+        edge_s = edge_round_closed_form_s(scenario, algorithm, world)
+        if edge_s is None:
+            return None
+        return edge_s + 2 * backhaul_transfer_s(world) / algorithm.cloud_every
+    return fedavg_round_s(scenario, algorithm, world)
+
+
+def fedavg_round_s(scenario: Scenario, algorithm: AlgorithmConfig, world: World) -> float | None:
+    """FedAvg's E[round time] where a closed form is exact, else None.
 
     FedAvg's is exact when every client has the same link, compute is per round with no device
     classes, stragglers or tail, nobody drops out and the server waits for all m selected:
@@ -183,9 +306,6 @@ def closed_form_round_s(
     deterministic compute, + m T_ul (TDMA) or + latency + m 8S/C (shared cell, m 8S/C
     within each client's own rate cap).
     """
-    stated_s = world.closed_form_round_s()
-    if stated_s is not None:
-        return stated_s
     system, clients = scenario.system, scenario.clients
     compute = system.compute
     homogeneous = (
@@ -280,6 +400,7 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
     lines += _empty_round_lines(budgets)
     lines += _compression_lines(budgets, name_width, model_bytes)
     lines += _radio_lines(budgets, name_width)
+    lines += _level_lines(budgets, name_width)
     lines += _energy_lines(budgets, name_width)
     lines += [
         "",
@@ -438,6 +559,50 @@ def _radio_lines(budgets: list[Budget], name_width: int) -> list[str]:
             "spread of each tensor, a few bytes), and rho is the downlink's rate over that one, "
             "not over the model's."
         )
+    return lines
+
+
+def _level_lines(budgets: list[Budget], name_width: int) -> list[str]:
+    """With several cells: the backhaul's traffic per round; under hierarchical FL, per level
+    (clients and edges over the radio, edges and the cloud over the backhaul) per cloud round,
+    and the cloud round's time, measured and in closed form."""
+    runs = [b for b in budgets if b.backhaul is not None]
+    if not runs:
+        return []
+    columns = ("bh_up_MB/rnd", "bh_down_MB/rnd", "bh_up_tx/rnd", "bh_down_tx/rnd")
+    lines = ["", f"{'backhaul':>{name_width}} " + " ".join(f"{c:>14}" for c in columns)]
+    for b in runs:
+        count = max(b.rounds, 1)
+        values = (b.backhaul["up_bytes"] / 1e6, b.backhaul["down_bytes"] / 1e6)
+        values += (b.backhaul["up_transmissions"], b.backhaul["down_transmissions"])
+        lines.append(
+            f"{b.algorithm:>{name_width}} " + " ".join(f"{v / count:>14.3f}" for v in values)
+        )
+    hierarchical = [b for b in runs if b.cloud is not None]
+    if not hierarchical:
+        return lines
+    columns = (
+        "cloud_rnds", "edge/cloud", "cloud_rnd_s", "closed_form_s", "backhaul_s",
+        "radio_MB/cld", "bh_MB/cld",
+    )  # fmt: skip
+    lines += ["", f"{'cloud level':>{name_width}} " + " ".join(f"{c:>13}" for c in columns)]
+    for b in hierarchical:
+        cloud = b.cloud
+        count = max(cloud["cloud_rounds"], 1)
+        radio_mb = (b.uplink_bytes + b.downlink_bytes) / 1e6 / count
+        backhaul_mb = (b.backhaul["up_bytes"] + b.backhaul["down_bytes"]) / 1e6 / count
+        timed = (cloud["cloud_round_s"], cloud["closed_form_cloud_round_s"], cloud["backhaul_s"])
+        lines.append(
+            f"{b.algorithm:>{name_width}} {cloud['cloud_rounds']:>13} "
+            f"{cloud['edge_rounds_per_cloud']:>13} "
+            + " ".join(f"{'n/a':>13}" if t is None else f"{t:>13.3f}" for t in timed)
+            + f" {radio_mb:>13.3f} {backhaul_mb:>13.3f}"
+        )
+    lines.append(
+        "cloud level: a cloud round is edge/cloud edge rounds (the time per round above: "
+        "clients and their edge over the radio), then the edges' models up the backhaul and "
+        "the cloud's down (backhaul_s); radio_MB and bh_MB are per cloud round, both ways."
+    )
     return lines
 
 

@@ -203,6 +203,8 @@ def run_algorithm(
         churn_times_s=churn_times_s(scenario),
         energy=scenario.system.energy is not None,
         over_the_air=scenario.system.uplink_aggregation != "digital",
+        backhaul=scenario.system.radio is not None and scenario.system.radio.cells is not None,
+        hierarchical=algorithm.name == "hierfavg",
     )
     bar = tqdm(
         total=scenario.run.rounds,

@@ -269,6 +269,24 @@ class ScaffoldConfig(FedAvgFamilyConfig):
     )
 
 
+class HierFavgConfig(SyncServerConfig):
+    """HierFAVG (Liu, Zhang, Song and Letaief, ICC 2020): client-edge-cloud FL. Every
+    client runs κ₁ = ``local_steps`` local updates per edge round; the edge server
+    at each base-station site averages its cell's clients' models (by sample count) every
+    edge round, and the cloud averages the edge models (by their clients' samples) every κ₂
+    edge rounds, over the backhaul. Selection, deadline and over-selection act per edge."""
+
+    name: Literal["hierfavg"]
+    local_steps: PositiveInt | None = Field(
+        default=None,
+        description="κ₁: local SGD steps per edge round (null: training's local work, as FedAvg)",
+    )
+    cloud_every: Annotated[int, Field(ge=1, le=MAX_ROUNDS), NO_BOOL] = Field(
+        description="κ₂: edge aggregations between two cloud aggregations (1: every edge "
+        "round; the paper compares κ₁κ₂ fixed, e.g. (κ₁, κ₂) = (60, 1), (6, 10))"
+    )
+
+
 class FedProxConfig(FedAvgFamilyConfig):
     """FedAvg with the proximal term mu/2 ||w - w_global||^2 in the local objective."""
 
@@ -641,6 +659,7 @@ ALGORITHMS = (
     FedProxConfig,
     FedAvgFTConfig,
     DittoConfig,
+    HierFavgConfig,
     OracleConfig,
     IfcaConfig,
     CflConfig,

@@ -65,6 +65,12 @@ round's slot, participants that did not (truncated by their channel, or offline)
 seconds, the effective SNR of the aggregate (dB) and the mean squared error per number of what
 the server received against an error-free uplink from every participant (obda: of the vote's
 signs). Empty in a round without a slot."""
+BACKHAUL_COLUMNS = ("backhaul_up_bytes", "backhaul_down_bytes")
+"""metrics.csv's and rounds.csv's extra columns with several cells: bytes the sites' backhaul
+carried to the cloud and from it so far (``fedsim.sim.backhaul``); summary.json has the totals."""
+HIERARCHY_COLUMNS = ("cloud_rounds",)
+"""metrics.csv's and rounds.csv's extra column under hierarchical FL (``hierfavg``): the cloud
+aggregations so far (a row's round counts edge rounds); summary.json has the total."""
 ACTIVITY_COLUMNS = ("time_s", "present", "online")
 ENERGY_COLUMNS = ("time_s", "round", "client", *ENERGY_TOTALS, "battery_j")
 RADIO_COLUMNS = (

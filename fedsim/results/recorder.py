@@ -21,12 +21,14 @@ from fedsim.results.files import (
     ACTIVITY_COLUMNS,
     ACTIVITY_FILE,
     AIR_COLUMNS,
+    BACKHAUL_COLUMNS,
     CLIENT_COLUMNS,
     CLIENTS_FILE,
     ENERGY_COLUMNS,
     ENERGY_FILE,
     ENERGY_SPENT,
     ENERGY_TOTALS,
+    HIERARCHY_COLUMNS,
     METRICS_COLUMNS,
     METRICS_FILE,
     ROUND_COLUMNS,
@@ -107,10 +109,15 @@ class Recorder:
         churn_times_s: Sequence[float] = (),
         energy: bool = False,
         over_the_air: bool = False,
+        backhaul: bool = False,
+        hierarchical: bool = False,
     ) -> None:
         """``energy``: the scenario counts energy (metrics.csv gains its columns, energy.csv
         is written); the World attaches the meter as ``self.energy``. ``over_the_air``: the
-        uplink aggregates over the air (rounds.csv gains ``AIR_COLUMNS``)."""
+        uplink aggregates over the air (rounds.csv gains ``AIR_COLUMNS``). ``backhaul``:
+        several cells, whose backhaul bytes metrics.csv and rounds.csv count
+        (``BACKHAUL_COLUMNS``); ``hierarchical``: edge servers aggregate between the cloud's
+        aggregations, which they count (``HIERARCHY_COLUMNS``, ``cloud_rounds``)."""
         self.run_dir = run_dir
         self.scenario_name = scenario_name
         self.label = label
@@ -121,8 +128,11 @@ class Recorder:
         # The samples every client's finished work processed so far (attached by the World).
         self.samples_processed: Callable[[], int] = lambda: 0
         self.battery_departures = 0  # clients whose battery ran out (left or went charging)
-        self._metrics_columns = METRICS_COLUMNS + (ENERGY_TOTALS if energy else ())
-        self._round_columns = ROUND_COLUMNS + (AIR_COLUMNS if over_the_air else ())
+        extra = (BACKHAUL_COLUMNS if backhaul else ()) + (HIERARCHY_COLUMNS if hierarchical else ())
+        self._metrics_columns = METRICS_COLUMNS + (ENERGY_TOTALS if energy else ()) + extra
+        self._round_columns = ROUND_COLUMNS + (AIR_COLUMNS if over_the_air else ()) + extra
+        self._extra_totals = extra  # the summary's, too
+        self.cloud_rounds = 0  # cloud aggregations so far (hierarchical FL)
         self._loss_sum = 0.0
         self._loss_samples = 0
         self._rows: list[dict] = []
@@ -167,6 +177,7 @@ class Recorder:
         budget)."""
         traffic = self.traffic
         row = {**row, **{k: getattr(traffic, k) for k in ROUND_COLUMNS if k.endswith("_bytes")}}
+        row |= self._extra_values()
         row["round"] = row.pop("round_index")
         self.round_rows.append(row)
         if self.run_dir is not None:
@@ -224,6 +235,7 @@ class Recorder:
         }
         if self.energy is not None:
             row |= self.energy.totals()
+        row |= self._extra_values()
         self._metrics.writerow(["" if _is_nan(row[c]) else row[c] for c in self._metrics_columns])
         for s in scores:
             self._clients.writerow(
@@ -283,12 +295,22 @@ class Recorder:
         }
         if self.energy is not None:
             summary |= self._energy_summary()
+        summary |= self._extra_values()
         if self.run_dir is None:
             return summary
         partial = self.run_dir / f"{SUMMARY_FILE}.part"
         partial.write_text(json.dumps(summary, indent=2) + "\n")
         os.replace(partial, self.run_dir / SUMMARY_FILE)
         return summary
+
+    def _extra_values(self) -> dict[str, int]:
+        """The backhaul's bytes and the cloud aggregations so far, where they are columns."""
+        values = {"cloud_rounds": self.cloud_rounds}
+        if self.traffic is None:  # before the World attaches its log
+            return {k: values.get(k, 0) for k in self._extra_totals}
+        return {
+            k: values[k] if k in values else getattr(self.traffic, k) for k in self._extra_totals
+        }
 
     def _energy_summary(self) -> dict:
         """Joules by category, to the target, and per client (over the clients that spent

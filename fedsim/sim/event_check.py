@@ -15,11 +15,19 @@ from pathlib import Path
 from fedsim.sim.events import DIRECTIONS
 
 # Who may send and receive each direction: (sender is a client, receivers are clients).
-_SHAPES = {"uplink": (True, False), "downlink": (False, True), "d2d": (True, True)}
+_SHAPES = {
+    "uplink": (True, False),
+    "downlink": (False, True),
+    "d2d": (True, True),
+    "backhaul_up": (False, False),
+    "backhaul_down": (False, False),
+}
 _SHAPE_WORDS = {
     "uplink": "from a client to the base station",
     "downlink": "from the base station to clients",
     "d2d": "from a client to clients",
+    "backhaul_up": "from a site to the cloud (no client sends or receives it)",
+    "backhaul_down": "from the cloud to a site (no client sends or receives it)",
 }
 
 

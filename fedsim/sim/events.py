@@ -18,7 +18,9 @@ round_end       round
 train_start     client, round, steps
 train_end       client
 train_abort     client, reason
-send_start      transfer, direction (uplink | downlink | d2d), bytes, sender, receivers, round
+send_start      transfer, direction (uplink | downlink | d2d | backhaul_up | backhaul_down),
+                bytes, sender, receivers, round, site (a backhaul transfer's site: it goes
+                between the site and the cloud, so it has neither sender nor receivers)
 send_end        transfer, receivers (those who got it: a broadcast may reach only part of its
                 group), bytes, retransmitted (bytes of transport blocks sent again, if any)
 send_abort      transfer, bytes_sent, reason, retransmitted
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-DIRECTIONS = ("uplink", "downlink", "d2d")
+DIRECTIONS = ("uplink", "downlink", "d2d", "backhaul_up", "backhaul_down")
 FLUSH_EVERY_LINES = 1000
 
 
@@ -75,6 +77,8 @@ class EventLog:
         self.uplink_bytes = 0
         self.downlink_bytes = 0
         self.d2d_bytes = 0
+        self.backhaul_up_bytes = 0  # sites to the cloud (``fedsim.sim.backhaul``)
+        self.backhaul_down_bytes = 0
         self.wasted_bytes = 0
         self.retransmitted_bytes = 0  # failed transport blocks sent again (part of wasted)
         self.sent_bytes = 0
@@ -108,8 +112,11 @@ class EventLog:
         sender: int | None,
         receivers: Sequence[int],
         round_index: int | None = None,
+        *,
+        site: int | None = None,
     ) -> int:
-        """Log the first bit going out; returns the transfer's id (0, 1, 2, ...)."""
+        """Log the first bit going out; returns the transfer's id (0, 1, 2, ...). ``site``:
+        a backhaul transfer's base-station site."""
         transfer = self._next_transfer
         self.emit(
             "send_start",
@@ -119,6 +126,7 @@ class EventLog:
             sender=sender,
             receivers=list(receivers),
             round=round_index,
+            site=site,
         )
         return transfer
 
@@ -211,8 +219,12 @@ class EventLog:
             self.uplink_bytes += num_bytes
         elif direction == "downlink":
             self.downlink_bytes += num_bytes
-        else:
+        elif direction == "d2d":
             self.d2d_bytes += num_bytes
+        elif direction == "backhaul_up":
+            self.backhaul_up_bytes += num_bytes
+        else:
+            self.backhaul_down_bytes += num_bytes
 
 
 def _plain(value: object) -> object:

@@ -23,6 +23,11 @@ lost it) and sent again, up to ``max_retransmissions`` times; then it is given u
 sender's task ends without delivering (``TransmissionLost``): the server learns of it only by
 its own policy, as when a client leaves.
 
+With several cells the server sits behind every site's backhaul (``fedsim.sim.backhaul``): an
+upload goes on from its site, a downlink comes to the sites first. An edge server at a site
+(hierarchical FL) ends an upload there (``upload(..., to_site=True)``) and sends to its own
+cell's clients from its site's transmitter (``send_down(..., site=s)``), each site its own.
+
 A sender that goes offline interrupts its transfer: the bytes it had put on the air are
 logged as wasted. The base station never goes offline; a receiver that is offline when a
 transmission ends simply does not get it.
@@ -39,6 +44,7 @@ from typing import Protocol
 import networkx as nx
 import simpy
 
+from fedsim.sim.backhaul import Backhaul
 from fedsim.sim.band import ChannelMedium, ScheduledMedium
 from fedsim.sim.events import EventLog
 from fedsim.sim.medium import (
@@ -122,6 +128,7 @@ class Network:
         self.radio = radio
         self.latency_s = latency_s  # with the radio (without, each Link has its own)
         self.air_energy: AirEnergy | None = None  # set by the World when energy is counted
+        self.backhaul: Backhaul | None = None  # every site's link to the server (several cells)
         if radio is not None:
             self._radio_media(radio, uplink_sharing, uplink_subbands)
             return
@@ -152,6 +159,11 @@ class Network:
         self._transmitter = ChannelMedium(
             env, usable_hz(settings.downlink_bandwidth_hz), slots=1, split=False
         )
+        cells = settings.cells
+        if cells is not None:
+            self.backhaul = Backhaul(env, self.log, cells.backhaul_bps, cells.backhaul_latency_s)
+        # Each site's own transmitter, for an edge server there (made when first used).
+        self._site_transmitters: dict[int, ChannelMedium] = {}
         self._d2d = ChannelMedium(
             env, usable_hz(settings.d2d_bandwidth_hz), slots=None, split=False
         )
@@ -193,12 +205,22 @@ class Network:
         """Each site's uplink band (with the radio)."""
         return self._uplinks
 
-    def _backhaul_s(self, num_bytes: int) -> float:
-        """A site to the server or back (several cells), on a dedicated fixed-rate link."""
-        cells = self.radio.settings.cells if self.radio is not None else None
-        if cells is None:
-            return 0.0
-        return cells.backhaul_latency_s + 8.0 * num_bytes / cells.backhaul_bps
+    def site_transmitter(self, site: int) -> ChannelMedium:
+        """The site's downlink transmitter (an edge server's): the whole downlink band, one
+        transmission at a time, independent of the other sites'."""
+        medium = self._site_transmitters.get(site)
+        if medium is None:
+            medium = self._site_transmitters[site] = ChannelMedium(
+                self.env, self._transmitter.bandwidth_hz, slots=1, split=False
+            )
+        return medium
+
+    def sites_of(self, clients: Sequence[int]) -> list[int]:
+        """The sites these clients were last attached to, ascending (site 0 without cells):
+        where the server's downlink to them goes over the backhaul."""
+        if self.radio is None:
+            return [0]
+        return sorted({self.radio.attached_site(client) for client in clients})
 
     def uplink_time_s(self, client: int, num_bytes: int) -> float:
         """Alone on its link; with the radio, on the share of the band one upload gets, at
@@ -334,10 +356,12 @@ class Network:
         return outcome.got, outcome.retry, outcome.wasted
 
     def upload(
-        self, client: int, num_bytes: int
+        self, client: int, num_bytes: int, *, to_site: bool = False
     ) -> Generator[simpy.Event, None, tuple[list[int], float]]:
         """Process body: the client sends num_bytes to the base station; returns ([], its air
-        time), so the time spent queueing for the medium is the rest of the call.
+        time), so the time spent queueing for the medium is the rest of the call. With
+        several cells its site forwards it over the backhaul, unless it is for an edge
+        server at the site (``to_site``).
 
         Returns the transfer's generator itself rather than wrapping it: one generator frame
         fewer to resume at every event of the upload.
@@ -349,22 +373,31 @@ class Network:
                 self._uplinks[site], "uplink", client, (), num_bytes,
                 lambda _: radio.uplink(client, site), self.latency_s,
             )  # fmt: skip
-            return self._then_backhaul(transfer, num_bytes) if radio.settings.cells else transfer
+            if self.backhaul is None or to_site:
+                return transfer
+            return self._then_backhaul(transfer, num_bytes, site)
         link = self.links[client]
         return self._transfer(
             self._uplink, "uplink", client, (), num_bytes, link.uplink_bps, link.latency_s
         )
 
     def _then_backhaul(
-        self, transfer: Generator[simpy.Event, None, tuple[list[int], float]], num_bytes: int
+        self,
+        transfer: Generator[simpy.Event, None, tuple[list[int], float]],
+        num_bytes: int,
+        site: int,
     ) -> Generator[simpy.Event, None, tuple[list[int], float]]:
         """The upload, then its site forwards it to the server."""
         result = yield from transfer
-        yield self.env.timeout(self._backhaul_s(num_bytes))
+        yield from self.backhaul.send([site], num_bytes, up=True, round_index=self.round_index)
         return result
 
-    def send_down(self, clients: Sequence[int], num_bytes: int) -> dict[int, simpy.Event]:
-        """Start sending the same payload to every client of the group.
+    def send_down(
+        self, clients: Sequence[int], num_bytes: int, *, site: int | None = None
+    ) -> dict[int, simpy.Event]:
+        """Start sending the same payload to every client of the group: from the server
+        (over the backhaul to their sites first, with several cells), or from an edge server
+        at ``site`` on that site's own transmitter (its clients are that cell's).
 
         Returns per-client delivery events; a client offline at the end of its
         transmission misses it (its event never fires). An event's value is (seconds the
@@ -372,15 +405,23 @@ class Network:
         """
         delivered = {client: self.env.event() for client in clients}
         groups = [list(clients)] if self.downlink_mode == "broadcast" else [[c] for c in clients]
-        self.env.process(self._transmit(groups, num_bytes, delivered))
+        self.env.process(self._transmit(groups, num_bytes, delivered, site))
         return delivered
 
     def _transmit(
-        self, groups: list[list[int]], num_bytes: int, delivered: dict[int, simpy.Event]
+        self,
+        groups: list[list[int]],
+        num_bytes: int,
+        delivered: dict[int, simpy.Event],
+        site: int | None = None,
     ) -> Generator[simpy.Event, None, None]:
         requested_s = self.env.now
-        if self.radio is not None and self.radio.settings.cells:  # the server to the sites
-            yield self.env.timeout(self._backhaul_s(num_bytes))
+        transmitter = self._transmitter
+        if site is not None and self.backhaul is not None:
+            transmitter = self.site_transmitter(site)
+        elif self.backhaul is not None:  # the server to the sites of the receivers
+            sites = self.sites_of([c for group in groups for c in group])
+            yield from self.backhaul.send(sites, num_bytes, up=False, round_index=self.round_index)
         for group in groups:
             links: list[RadioLink] = []  # the radio's attempts, to learn whose link failed
             if self.radio is None:
@@ -389,7 +430,7 @@ class Network:
                 rate, latency_s = self._recorded(links, self.radio.downlink), self.latency_s
             try:
                 reached, air_s = yield from self._transfer(
-                    self._transmitter, "downlink", None, group, num_bytes, rate, latency_s
+                    transmitter, "downlink", None, group, num_bytes, rate, latency_s
                 )
             except TransmissionLost as lost:  # every member's radio link failed
                 for client in group:

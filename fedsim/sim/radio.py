@@ -357,6 +357,11 @@ class Radio:
             normal *= s.shadowing_db
         return float(s.path_loss.db(distance_m)) + normal
 
+    def attached_site(self, client: int) -> int:
+        """The site the client was last found attached to, with no handover check (asking
+        ``serving_site`` at a new time may hand it over)."""
+        return self._serving[client]
+
     def serving_site(self, client: int, time_s: float | None = None) -> int:
         """The site the client is attached to: the strongest at the start; a moving client (or
         one whose shadowing changes) is handed over, at each of its position updates, to a

@@ -60,13 +60,15 @@ class RoundStats:
     # Where the tasks the server did not keep were when it closed the round (CUT_AT).
     cut_at: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CUT_AT, 0))
     air: dict[str, float] = field(default_factory=dict)  # the round's over-the-air slot
+    backhaul_s: float = 0.0  # the round's time on the backhaul between edges and cloud
 
     def note_gathered(self, tasks: Mapping[int, Task], kept: list[int]) -> None:
-        """The server gathered these tasks and kept the updates of ``kept``."""
-        self.selected = len(tasks)
-        self.completed = len(kept)
-        self.dropped = len(tasks) - len(kept)
-        self.finished_tasks = [tasks[c] for c in kept]
+        """The server gathered these tasks and kept the updates of ``kept`` (several
+        servers of one round, edge servers, each add theirs)."""
+        self.selected += len(tasks)
+        self.completed += len(kept)
+        self.dropped += len(tasks) - len(kept)
+        self.finished_tasks += [tasks[c] for c in kept]
         taken = set(kept)
         for client, task in tasks.items():
             if client not in taken:
@@ -168,6 +170,7 @@ class Rounds:
             **stats.breakdown,
             **stats.cut_at,
             **stats.air,
+            backhaul_s=stats.backhaul_s,
             participants=participants,
         )
 

@@ -20,7 +20,15 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
@@ -283,6 +291,7 @@ class World:
         selection: SelectionConfig | None = None,
         *,
         by_size: bool = False,
+        among: Collection[int] | None = None,
     ) -> Generator[simpy.Event, object, list[int]]:
         """Process body: wait until someone is online, then pick among the online clients.
 
@@ -290,9 +299,15 @@ class World:
         max(1, round(fraction * present)) updates and over-selects by ``over_selection``.
         It samples them uniformly (``by_size``: without replacement with probability ∝ local
         training size), or by the ``selection`` policy (``fedsim.world.selection``).
+        ``among``: an edge server's clients (``edge_members``): it picks among those online
+        (none when none is) and wants that fraction of those present.
         """
         candidates = yield from self.online_clients()
-        wanted = self.wanted_updates(fraction)
+        if among is not None:
+            candidates = [c for c in candidates if c in among]
+            if not candidates:
+                return []
+        wanted = self.wanted_updates(fraction, among)
         count = min(len(candidates), math.ceil(wanted * (1 + over_selection)))
         if selection is not None and selection.policy != "random":
             return self._policy(selection).choose(candidates, count)
@@ -335,9 +350,55 @@ class World:
             return sorted(self.online)
         return [c for c in sorted(self.online) if self.energy.can_take_part(c)]
 
-    def wanted_updates(self, fraction: float) -> int:
-        """How many updates a round asks for: max(1, round(fraction * present clients))."""
-        return max(1, round(fraction * len(self.present)))
+    def wanted_updates(self, fraction: float, among: Collection[int] | None = None) -> int:
+        """How many updates a round asks for: max(1, round(fraction * present clients)), of
+        an edge server's present clients (``among``), 0 when it has none."""
+        if among is None:
+            return max(1, round(fraction * len(self.present)))
+        present = sum(1 for c in among if c in self.present)
+        return max(1, round(fraction * present)) if present else 0
+
+    # --- edge servers (hierarchical FL) ---
+
+    @property
+    def sites(self) -> list[int]:
+        """The base-station sites, where edge servers sit: every site of the cells, or the
+        one base station (site 0, where the server is when there are no cells)."""
+        radio = self.network.radio
+        return list(range(radio.num_sites)) if self.network.backhaul is not None else [0]
+
+    def site_of(self, client: int) -> int:
+        """The site serving the client now, handovers applied: its edge server's (0 without
+        cells)."""
+        if self.network.backhaul is None:
+            return 0
+        return self.network.radio.serving_site(client, self.env.now)
+
+    def edge_members(self) -> dict[int, list[int]]:
+        """Each site's present clients now (those it serves), ascending."""
+        members: dict[int, list[int]] = {site: [] for site in self.sites}
+        for client in sorted(self.present):
+            members[self.site_of(client)].append(client)
+        return members
+
+    def over_backhaul(
+        self, sites: Sequence[int], *tensors: torch.Tensor, up: bool
+    ) -> Generator[simpy.Event, None, tuple[torch.Tensor, ...]]:
+        """Process body: each of the sites sends these tensors to the cloud (``up``), or the
+        cloud sends them to each site, over the backhaul, all at once, as they are (at the
+        scenario's precision; codecs are for the radio). Nothing to send without cells: the
+        one edge server is where the cloud is."""
+        backhaul = self.network.backhaul
+        if backhaul is not None and sites:
+            nbytes = self.payload_bytes(*tensors)
+            started_s = self.env.now
+            yield from backhaul.send(sites, nbytes, up=up, round_index=self.round_index)
+            self._rounds.stats.backhaul_s += self.env.now - started_s
+        return tensors
+
+    def note_cloud_round(self) -> None:
+        """The cloud aggregated the edge servers' models (metrics count it)."""
+        self.recorder.cloud_rounds += 1
 
     def initial_params(self, client: int | None = None) -> torch.Tensor:
         """The same initial model for every algorithm of the scenario (a fair start).
@@ -368,14 +429,19 @@ class World:
         encodes it (an update of the model's shape, on the uplink)."""
         return self.compression.model_message_bytes(direction, self.trainer.num_params)
 
-    def send_down(self, clients: Sequence[int], *tensors: torch.Tensor) -> Downlink:
+    def send_down(
+        self, clients: Sequence[int], *tensors: torch.Tensor, site: int | None = None
+    ) -> Downlink:
         """The base station sends the same payload to a group: per-client arrival events, and
-        the tensors as the clients decode them (the same, without a downlink codec).
+        the tensors as the clients decode them (the same, without a downlink codec). From
+        the server, or from the edge server at ``site`` to that cell's clients (with cells;
+        without, the edge server is the server).
 
         A client that is offline when the transmission ends misses it: its event never fires.
         """
         nbytes, received = self.compression.send("downlink", SERVER, tensors)
-        arrivals = self.network.send_down(clients, nbytes)
+        from_site = site if self.network.backhaul is not None else None
+        arrivals = self.network.send_down(clients, nbytes, site=from_site)
         decode_s = self.compression.codec_s(self.compression.coded_numel(tensors), "downlink")
         for client, arrival in arrivals.items():
             arrival.callbacks.append(partial(self._note_downlink, client, decode_s))
@@ -402,10 +468,15 @@ class World:
                 task.compute_s += seconds
 
     def upload(
-        self, client: int, *tensors: torch.Tensor, reference: torch.Tensor | None = None
+        self,
+        client: int,
+        *tensors: torch.Tensor,
+        reference: torch.Tensor | None = None,
+        to_edge: bool = False,
     ) -> Generator[simpy.Event, None, tuple[torch.Tensor, ...]]:
         """Process body: the client sends these tensors to the base station; returns them as
-        the server decodes them (the same, without an uplink codec).
+        the server decodes them (the same, without an uplink codec). ``to_edge``: to the edge
+        server at the site serving it when it starts (``site_of``), not on to the cloud.
 
         ``reference``: the model the client received, when the first tensor is its trained
         model: an uplink codec then compresses the update (the model minus the reference).
@@ -422,14 +493,16 @@ class World:
         yield from self._codec_work(
             client, self.compression.codec_s(sum(t.numel() for t in tensors))
         )
-        yield from self._timed_upload(client, nbytes)
+        yield from self._timed_upload(client, nbytes, to_edge)
         self._uploaded_bytes[client] = nbytes
         return received
 
-    def _timed_upload(self, client: int, nbytes: int) -> Generator[simpy.Event, None, None]:
+    def _timed_upload(
+        self, client: int, nbytes: int, to_edge: bool = False
+    ) -> Generator[simpy.Event, None, None]:
         """Process body: an upload, its times charged to the client's timed task."""
         started_s = self.env.now
-        _, air_s = yield from self.network.upload(client, nbytes)
+        _, air_s = yield from self.network.upload(client, nbytes, to_site=to_edge)
         task = self.tasks.timed.get(client)
         if task is not None:
             task.uplink_queue_s += self.env.now - started_s - air_s
