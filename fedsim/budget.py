@@ -205,9 +205,9 @@ def edge_round_closed_form_s(
     FedAvg's round (one edge, where the cloud is). With cells, where every duration is
     fixed (compute deterministic per round; no fading, shadowing, interference, mobility or
     power control; the ideal link; each upload on a fixed sub-band of its own; every client
-    selected, none leaving): the edges' rounds run side by side, so the round lasts
-    max over edges ℓ of T_dl,ℓ + t_min + max_{i ∈ ℓ} T_ul,i, the edge's multicast at its
-    weakest member's rate and each upload at its own."""
+    selected, none leaving, each with the edge of its cell): the edges' rounds run side by
+    side, so the round lasts max over edges ℓ of T_dl,ℓ + t_min + max_{i ∈ ℓ} T_ul,i, the
+    edge's multicast at its weakest member's rate and each upload at its own."""
     if world.network.backhaul is None:
         return fedavg_round_s(scenario, algorithm, world)
     system, radio, compute = scenario.system, scenario.system.radio, scenario.system.compute
@@ -232,6 +232,7 @@ def edge_round_closed_form_s(
         and scenario.clients.arrivals.reserve == 0
         and algorithm.client_fraction == 1
         and algorithm.deadline_s is None
+        and algorithm.association == "serving_cell"  # no client relayed between sites
     )
     members = [m for m in world.edge_members().values() if m]
     if not fixed or max(map(len, members)) > radio.uplink_subbands:

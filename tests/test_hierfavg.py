@@ -211,7 +211,9 @@ def test_churn_and_deadlines_at_the_edge(tmp_path, monkeypatch):
     assert report.ok, report.violations
     rounds = list(csv.DictReader((run_dir / "rounds.csv").open()))
     backhaul_s = 0.01 + 8 * MLP_32_BYTES / 100e6  # after every second round: up, then down
-    assert all(float(r["end_s"]) - float(r["start_s"]) <= 1.6 + 2 * backhaul_s + 1e-9 for r in rounds)
+    assert all(
+        float(r["end_s"]) - float(r["start_s"]) <= 1.6 + 2 * backhaul_s + 1e-9 for r in rounds
+    )
     assert any(int(r["dropped"]) > 0 for r in rounds)  # the deadline or churn cut someone
     assert unchanged  # some edge kept no update in some round and kept its model
     assert int(rounds[-1]["cloud_rounds"]) == 4
@@ -221,3 +223,40 @@ def test_hierfavg_needs_its_k2(tmp_path):
     data = tiny_scenario(tmp_path, algorithms=[{"name": "hierfavg"}])
     with pytest.raises(ScenarioError, match=r"algorithms\[0\]\.cloud_every"):
         parse_scenario(data)
+
+
+@pytest.mark.parametrize("association", ["nearest_site", "balanced"])
+def test_other_associations_relay_the_clients_served_elsewhere(tmp_path, association, monkeypatch):
+    """With shadowing a client's strongest site is not always its nearest: under nearest_site
+    (or a count-balanced assignment) its edge's traffic crosses the core, each relayed model
+    once up and once down the backhaul; balanced edges differ in size by at most one."""
+    sizes: list[list[int]] = []
+    edge_members = hierfavg.World.edge_members
+
+    def watched(self, rule="serving_cell"):
+        members = edge_members(self, rule)
+        sizes.append([len(m) for m in members.values()])
+        return members
+
+    monkeypatch.setattr(hierfavg.World, "edge_members", watched)
+    radio = {**FIXED_RADIO, "shadowing_db": 8.0}
+    data = cellular(
+        tmp_path, radio, [{"name": "hierfavg", "cloud_every": 2, "association": association}],
+        run={"rounds": 2},
+    )  # fmt: skip
+    data["output"]["events"] = True
+    run_dir = run_scenario(parse_scenario(data), show_progress=False) / "hierfavg"
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
+    relayed_up = [
+        e for e in events if e["kind"] == "send_start" and e["direction"] == "backhaul_up"
+        and e.get("round") == 1
+    ]  # fmt: skip
+    assert relayed_up  # round 1 has no cloud aggregation: every backhaul transfer is a relay
+    round_1 = [e for e in events if e["kind"] == "send_start" and e.get("round") == 1]
+    downs = sum(e["direction"] == "backhaul_down" for e in round_1)
+    assert downs == len(relayed_up)  # each relay: up from one site, down to the other
+    assert check_events(run_dir / "events.jsonl").ok
+    if association == "balanced":
+        assert all(max(s) - min(s) <= 1 and sum(s) == 14 for s in sizes)
+    else:
+        assert any(max(s) - min(s) > 1 for s in sizes)  # geometry, not counts

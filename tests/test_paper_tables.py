@@ -58,3 +58,26 @@ def test_a_sweep_point_picks_its_runs_and_an_unfinished_run_is_refused(tmp_path)
     write_run(folder, "federico@groups=2,seed=4", 0.5, complete=False)
     with pytest.raises(SystemExit, match="not complete"):
         tables.row_text(two, tmp_path)
+
+
+def test_a_study_row_shows_one_seed_as_it_is_and_names_its_command_until_it_is_run(tmp_path):
+    tables = load_tables()
+    alpha1, overfit = tables.STUDIES["perfed_ckt_regimes"][1:3]
+    assert tables.study_text(alpha1, tmp_path) == f"not run: {alpha1.command}"
+    assert "--set name=perfed_ckt_regime_alpha1" in alpha1.command
+    folder = tmp_path / overfit.folder
+    write_run(folder, "perfed_ckt@seed=1", 0.326)
+    write_run(folder, "local@seed=1", 0.35)
+    assert tables.study_text(overfit, tmp_path) == "c = 2 32.6, Local 35.0"
+
+
+def test_clients_split_in_thirds_by_size_and_their_last_accuracies(tmp_path):
+    tables = load_tables()
+    assert tables.split_in_thirds([4, 2, 0, 1, 3, 5, 6]) == [[4, 2], [0, 1], [3, 5, 6]]
+    run = tmp_path / "perfed_ckt@seed=1"
+    run.mkdir()
+    (run / "clients.csv").write_text(
+        "time_s,round,client,group,accuracy,num_test\n"
+        "5.0,5,0,-1,0.2,10\n5.0,5,1,-1,0.3,10\n9.5,10,0,-1,0.4,10\n9.5,10,1,-1,0.5,10\n"
+    )
+    assert tables.last_client_accuracies(run) == {0: 0.4, 1: 0.5}

@@ -19,10 +19,13 @@ first k of an over-selection), applied to its own clients; an edge that kept no 
 round (nobody online in its cell, every upload lost) passes its model on unchanged, and one
 that serves nobody when the cloud aggregates weighs nothing in it.
 
-Mobility: a client belongs to the edge of the site serving it. One that is handed over during
-a round carries its model on: it uploads its trained model through the cell it is in, and
-that edge averages it with its own clients' (the static case of the paper is the one where
-nobody moves). Churn: a newcomer is selected by its cell's edge and starts from the edge's
+Association (``association``, ``fedsim.world.edges``): a client belongs to the edge of the
+site serving it (default), of the nearest site, or of a count-balanced assignment; one whose
+edge is not its serving site is relayed over the backhaul. Mobility: under the serving-cell
+rule a client handed over during a round carries its model on: it uploads its trained model
+through the cell it is in, and that edge averages it with its own clients' (the static case
+of the paper is the one where nobody moves); under the others its update goes to the edge
+that selected it. Churn: a newcomer is selected by its cell's edge and starts from the edge's
 model; one that leaves takes nothing with it.
 
 Without cells there is one edge, where the cloud is, and no backhaul: HierFAVG is FedAvg
@@ -33,6 +36,7 @@ Evaluation: each client uses the model of its edge (after a cloud aggregation, t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from dataclasses import replace
 
@@ -47,17 +51,18 @@ from fedsim.world import World
 
 
 def run(world: World, config: HierFavgConfig) -> Generator[simpy.Event, object, None]:
-    cloud_model = world.initial_params()
-    edges = ServerModels(world, ServerOptimizerConfig(), dict.fromkeys(world.sites, cloud_model))
-    world.set_models(cloud_model)
+    initial = world.initial_params()
+    edges = ServerModels(world, ServerOptimizerConfig(), dict.fromkeys(world.sites, initial))
+    world.set_models(initial)
     for round_index in world.rounds():
-        members = world.edge_members()
+        members = world.edge_members(config.association)
         participants = yield from edge_round(world, config, edges, members)
         if round_index % config.cloud_every == 0:
-            cloud_model = yield from cloud_aggregation(world, edges, members)
+            yield from cloud_aggregation(world, edges, members)
             world.note_cloud_round()
-        models = edges.models
-        world.end_round(round_index, evaluated(world, models), participants=participants)
+        world.end_round(
+            round_index, evaluated(world, config, edges.models), participants=participants
+        )
 
 
 def edge_round(
@@ -68,7 +73,8 @@ def edge_round(
 ) -> Generator[simpy.Event, object, int]:
     """Every edge at once: select among its clients, send them its model, gather their
     updates under its policy, average what reached it; returns the updates kept."""
-    uploaded_to: dict[int, int] = {}  # client -> the edge its update went to
+    uploaded_to: dict[int, int] = {}  # client -> the edge its update went to (its selecting
+    # edge's, or under serving_cell the edge of the cell it is in when it uploads)
 
     def take(client: int, result: TrainResult) -> None:
         edges.add(uploaded_to[client], client, result.params)
@@ -83,7 +89,7 @@ def edge_round(
         arrivals, (received,) = world.send_down(selected, edges.models[site], site=site)
         tasks = {
             c: world.start_task(
-                c, client_update(world, c, received, arrivals[c], uploaded_to, config.local_steps)
+                c, client_update(world, config, c, site, received, arrivals[c], uploaded_to)
             )
             for c in selected
         }
@@ -103,17 +109,21 @@ def edge_round(
 
 def client_update(
     world: World,
+    config: HierFavgConfig,
     client: int,
+    edge: int,
     params: torch.Tensor,
     model_arrived: simpy.Event,
     uploaded_to: dict[int, int],
-    steps: int | None,
 ) -> Generator[simpy.Event, object, TrainResult]:
-    """κ₁ local updates from the edge's model, then the upload to the edge of the cell the
-    client is in now (its own, unless it was handed over meanwhile)."""
-    result = yield from world.train(client, params, steps=steps, model_arrives=model_arrived)
-    uploaded_to[client] = world.site_of(client)
-    (sent,) = yield from world.upload(client, result.params, reference=params, to_edge=True)
+    """κ₁ local updates from the edge's model, then the upload to its edge: the one that
+    selected it, or under ``serving_cell`` the edge of the cell it is in now (its own, unless
+    it was handed over meanwhile)."""
+    result = yield from world.train(
+        client, params, steps=config.local_steps, model_arrives=model_arrived
+    )
+    to_edge = uploaded_to[client] = world.edge_destination(config.association, client, edge)
+    (sent,) = yield from world.upload(client, result.params, reference=params, to_edge=to_edge)
     return replace(result, params=sent)
 
 
@@ -153,10 +163,22 @@ def cloud_aggregation(
     return cloud_model
 
 
-def evaluated(world: World, models: dict[int, torch.Tensor]) -> torch.Tensor | LazyModels:
+def evaluated(
+    world: World, config: HierFavgConfig, models: dict[int, torch.Tensor]
+) -> torch.Tensor | LazyModels:
     """One model when every edge holds the same (after a cloud aggregation, or one edge),
-    else each client its edge's."""
+    else each client its edge's (by the association when the evaluation runs)."""
     first = next(iter(models.values()))
     if all(model is first for model in models.values()):
         return first
-    return LazyModels(world, lambda client: models[world.site_of(client)])
+    edge_of: dict[int, int] = {}
+    measured_at_s = [math.nan]
+
+    def model_of(client: int) -> torch.Tensor:
+        if measured_at_s[0] != world.env.now:  # a new evaluation: the association now
+            measured_at_s[0] = world.env.now
+            members = world.edge_members(config.association)
+            edge_of.update((c, site) for site, clients in members.items() for c in clients)
+        return models[edge_of[client]]
+
+    return LazyModels(world, model_of)

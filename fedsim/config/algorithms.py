@@ -281,6 +281,12 @@ class HierFavgConfig(SyncServerConfig):
         default=None,
         description="κ₁: local SGD steps per edge round (null: training's local work, as FedAvg)",
     )
+    association: Literal["serving_cell", "nearest_site", "balanced"] = Field(
+        default="serving_cell",
+        description="which edge a client belongs to: its serving cell's (follows handovers); "
+        "the nearest site's; balanced by count (at most ceil(n / sites) each, nearest first). "
+        "A client served by another site than its edge's is relayed over the backhaul",
+    )
     cloud_every: Annotated[int, Field(ge=1, le=MAX_ROUNDS), NO_BOOL] = Field(
         description="κ₂: edge aggregations between two cloud aggregations (1: every edge "
         "round; the paper compares κ₁κ₂ fixed, e.g. (κ₁, κ₂) = (60, 1), (6, 10))"

@@ -404,9 +404,14 @@ class CellsConfig(_Strict):
     interference: bool = True
     handover_hysteresis_db: Annotated[float, Field(ge=0, le=30), NO_BOOL] = 3.0
     backhaul_mbps: Annotated[float, Field(gt=0, le=1e6), NO_BOOL] = Field(
-        default=1000.0, description="each site to the server, both ways, per transfer"
+        default=1000.0, description="each site's link to the server (the cloud), each way"
     )
     backhaul_latency_s: Annotated[float, Field(ge=0, le=10), NO_BOOL] = 0.005
+    backhaul_sharing: Literal["shared", "dedicated"] = Field(
+        default="shared",
+        description="shared: a site's transfers in flight one way share its link fairly (as "
+        "TCP flows do); dedicated: each gets the whole rate (a link far faster than the radio)",
+    )
 
 
 class AirCompConfig(_Strict):

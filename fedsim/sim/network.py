@@ -25,8 +25,10 @@ its own policy, as when a client leaves.
 
 With several cells the server sits behind every site's backhaul (``fedsim.sim.backhaul``): an
 upload goes on from its site, a downlink comes to the sites first. An edge server at a site
-(hierarchical FL) ends an upload there (``upload(..., to_site=True)``) and sends to its own
-cell's clients from its site's transmitter (``send_down(..., site=s)``), each site its own.
+(hierarchical FL) takes uploads there (``upload(..., to_site=s)``) and sends from its site's
+transmitter (``send_down(..., site=s)``), each site its own. A client whose edge is at another
+site than the one serving it is relayed: the two sites exchange its traffic over the
+backhaul, up to the core and down.
 
 A sender that goes offline interrupts its transfer: the bytes it had put on the air are
 logged as wasted. The base station never goes offline; a receiver that is offline when a
@@ -161,7 +163,10 @@ class Network:
         )
         cells = settings.cells
         if cells is not None:
-            self.backhaul = Backhaul(env, self.log, cells.backhaul_bps, cells.backhaul_latency_s)
+            self.backhaul = Backhaul(
+                env, self.log, cells.backhaul_bps, cells.backhaul_latency_s,
+                shared=cells.backhaul_shared,
+            )  # fmt: skip
         # Each site's own transmitter, for an edge server there (made when first used).
         self._site_transmitters: dict[int, ChannelMedium] = {}
         self._d2d = ChannelMedium(
@@ -356,12 +361,12 @@ class Network:
         return outcome.got, outcome.retry, outcome.wasted
 
     def upload(
-        self, client: int, num_bytes: int, *, to_site: bool = False
+        self, client: int, num_bytes: int, *, to_site: int | None = None
     ) -> Generator[simpy.Event, None, tuple[list[int], float]]:
         """Process body: the client sends num_bytes to the base station; returns ([], its air
         time), so the time spent queueing for the medium is the rest of the call. With
-        several cells its site forwards it over the backhaul, unless it is for an edge
-        server at the site (``to_site``).
+        several cells its site forwards it over the backhaul to the server, or to the edge
+        server at ``to_site`` (nothing to forward when that is its own site).
 
         Returns the transfer's generator itself rather than wrapping it: one generator frame
         fewer to resume at every event of the upload.
@@ -373,9 +378,9 @@ class Network:
                 self._uplinks[site], "uplink", client, (), num_bytes,
                 lambda _: radio.uplink(client, site), self.latency_s,
             )  # fmt: skip
-            if self.backhaul is None or to_site:
+            if self.backhaul is None or to_site == site:
                 return transfer
-            return self._then_backhaul(transfer, num_bytes, site)
+            return self._then_backhaul(transfer, num_bytes, site, to_site)
         link = self.links[client]
         return self._transfer(
             self._uplink, "uplink", client, (), num_bytes, link.uplink_bps, link.latency_s
@@ -386,10 +391,16 @@ class Network:
         transfer: Generator[simpy.Event, None, tuple[list[int], float]],
         num_bytes: int,
         site: int,
+        to_site: int | None,
     ) -> Generator[simpy.Event, None, tuple[list[int], float]]:
-        """The upload, then its site forwards it to the server."""
+        """The upload, then its site forwards it to the server (or through the core to the
+        edge server at ``to_site``)."""
         result = yield from transfer
         yield from self.backhaul.send([site], num_bytes, up=True, round_index=self.round_index)
+        if to_site is not None:
+            yield from self.backhaul.send(
+                [to_site], num_bytes, up=False, round_index=self.round_index
+            )
         return result
 
     def send_down(
@@ -404,9 +415,35 @@ class Network:
         client's transmission waited for the transmitter since this call, its air time).
         """
         delivered = {client: self.env.event() for client in clients}
-        groups = [list(clients)] if self.downlink_mode == "broadcast" else [[c] for c in clients]
-        self.env.process(self._transmit(groups, num_bytes, delivered, site))
+        if site is not None and self.backhaul is not None:
+            by_site: dict[int, list[int]] = {}
+            for client in clients:  # those served by other sites are relayed
+                by_site.setdefault(self.radio.attached_site(client), []).append(client)
+            for serving, members in sorted(by_site.items()):
+                groups = self._groups(members)
+                self.env.process(self._relayed(site, serving, groups, num_bytes, delivered))
+            return delivered
+        self.env.process(self._transmit(self._groups(clients), num_bytes, delivered))
         return delivered
+
+    def _groups(self, clients: Sequence[int]) -> list[list[int]]:
+        return [list(clients)] if self.downlink_mode == "broadcast" else [[c] for c in clients]
+
+    def _relayed(
+        self,
+        site: int,
+        serving: int,
+        groups: list[list[int]],
+        num_bytes: int,
+        delivered: dict[int, simpy.Event],
+    ) -> Generator[simpy.Event, None, None]:
+        """An edge server's transmission to clients the site ``serving`` serves: through the
+        core to that site first when it is not the edge's own."""
+        requested_s = self.env.now
+        if serving != site:
+            for hop, up in ((site, True), (serving, False)):
+                yield from self.backhaul.send([hop], num_bytes, up=up, round_index=self.round_index)
+        yield from self._transmit(groups, num_bytes, delivered, serving, requested_s)
 
     def _transmit(
         self,
@@ -414,10 +451,13 @@ class Network:
         num_bytes: int,
         delivered: dict[int, simpy.Event],
         site: int | None = None,
+        requested_s: float | None = None,
     ) -> Generator[simpy.Event, None, None]:
-        requested_s = self.env.now
+        """Send to each group in turn; a receiver's wait is counted from ``requested_s``
+        (default: now)."""
+        requested_s = self.env.now if requested_s is None else requested_s
         transmitter = self._transmitter
-        if site is not None and self.backhaul is not None:
+        if site is not None:  # an edge server's site (several cells)
             transmitter = self.site_transmitter(site)
         elif self.backhaul is not None:  # the server to the sites of the receivers
             sites = self.sites_of([c for group in groups for c in group])

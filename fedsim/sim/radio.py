@@ -79,6 +79,7 @@ class CellSettings:
     hysteresis_db: float = 3.0
     backhaul_bps: float = 1e9
     backhaul_latency_s: float = 0.005
+    backhaul_shared: bool = True  # a site's transfers share its link (``fedsim.sim.backhaul``)
 
 
 @dataclass(frozen=True)

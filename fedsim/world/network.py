@@ -145,6 +145,7 @@ def radio_settings(config: RadioConfig) -> RadioSettings:
             cells.handover_hysteresis_db,
             cells.backhaul_mbps * 1e6,
             cells.backhaul_latency_s,
+            cells.backhaul_sharing == "shared",
         )
         if grid is not None and cells is not None
         else None,  # fmt: skip

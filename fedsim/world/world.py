@@ -51,6 +51,7 @@ from fedsim.streams import RandomStreams
 from fedsim.world.aircomp import OverTheAir
 from fedsim.world.compression import SERVER, Compression
 from fedsim.world.devices import Devices
+from fedsim.world.edges import ASSOCIATIONS, Association
 from fedsim.world.energy import DeviceEnergy
 from fedsim.world.evaluation import Evaluation, Models
 from fedsim.world.network import build_network, write_radio_files
@@ -182,6 +183,7 @@ class World:
         self.trainings = TrainingQueue()
         self.sampling_rng = self.streams.generator("sampling")
         self._policies: dict[SelectionConfig, Policy] = {}  # selection policies other than random
+        self._associations: dict[str, Association] = {}  # clients to edge servers, by rule
         self._channel_reports: dict[float | None, ChannelReports] = {}  # by report period
         self.evaluation = Evaluation(
             scenario.evaluation, scenario.run.rounds, dataset.shards, self.trainer,
@@ -367,19 +369,27 @@ class World:
         radio = self.network.radio
         return list(range(radio.num_sites)) if self.network.backhaul is not None else [0]
 
-    def site_of(self, client: int) -> int:
-        """The site serving the client now, handovers applied: its edge server's (0 without
-        cells)."""
+    def association(self, rule: str) -> Association:
+        """The run's association of clients to edge servers by ``rule`` (``ASSOCIATIONS``)."""
+        association = self._associations.get(rule)
+        if association is None:
+            association = self._associations[rule] = ASSOCIATIONS[rule](self.network.radio)
+        return association
+
+    def edge_members(self, rule: str = "serving_cell") -> dict[int, list[int]]:
+        """Each site's present clients now by the association ``rule``, ascending (without
+        cells, every present client at site 0)."""
+        present = sorted(self.present)
+        if self.network.backhaul is None:
+            return {0: present}
+        return self.association(rule).members(present, self.env.now)
+
+    def edge_destination(self, rule: str, client: int, selected_by: int) -> int:
+        """The edge a client's update goes to now, selected by the edge at ``selected_by``
+        (``fedsim.world.edges``; site 0 without cells)."""
         if self.network.backhaul is None:
             return 0
-        return self.network.radio.serving_site(client, self.env.now)
-
-    def edge_members(self) -> dict[int, list[int]]:
-        """Each site's present clients now (those it serves), ascending."""
-        members: dict[int, list[int]] = {site: [] for site in self.sites}
-        for client in sorted(self.present):
-            members[self.site_of(client)].append(client)
-        return members
+        return self.association(rule).destination(client, selected_by, self.env.now)
 
     def over_backhaul(
         self, sites: Sequence[int], *tensors: torch.Tensor, up: bool
@@ -472,11 +482,11 @@ class World:
         client: int,
         *tensors: torch.Tensor,
         reference: torch.Tensor | None = None,
-        to_edge: bool = False,
+        to_edge: int | None = None,
     ) -> Generator[simpy.Event, None, tuple[torch.Tensor, ...]]:
         """Process body: the client sends these tensors to the base station; returns them as
         the server decodes them (the same, without an uplink codec). ``to_edge``: to the edge
-        server at the site serving it when it starts (``site_of``), not on to the cloud.
+        server at that site instead of the cloud (relayed when another site serves it).
 
         ``reference``: the model the client received, when the first tensor is its trained
         model: an uplink codec then compresses the update (the model minus the reference).
@@ -498,7 +508,7 @@ class World:
         return received
 
     def _timed_upload(
-        self, client: int, nbytes: int, to_edge: bool = False
+        self, client: int, nbytes: int, to_edge: int | None = None
     ) -> Generator[simpy.Event, None, None]:
         """Process body: an upload, its times charged to the client's timed task."""
         started_s = self.env.now
