@@ -1,18 +1,25 @@
-"""Print the "fedsim (3 seeds)" column of scenarios/papers/README.md's table from the runs.
+"""Print the tables of scenarios/papers/README.md from the runs.
 
 Run every reproduction first (each writes ``RESULTS/<its name>/``), then this script:
 
     fedsim run scenarios/papers/<file>.yaml --workers 2        # for each file below
-    python scenarios/papers/tables.py [--results results]
+    python scenarios/papers/tables.py [--results results]                  # the main table
+    python scenarios/papers/tables.py --table perfed_ckt_regimes           # and the others
 
-Each row: the final mean accuracy over the clients' local test sets (``final_accuracy``) of
-every method, mean ± the half-width of the 95% t interval over the seeds, then the paired
-per-seed differences the verdict rests on, with their interval and the seeds' values.
+Each row of the main table: the final mean accuracy over the clients' local test sets
+(``final_accuracy``) of every method, mean ± the half-width of the 95% t interval over the
+seeds, then the paired per-seed differences the verdict rests on, with their interval and
+the seeds' values. The other tables are studies around a reproduction, each run by the
+command its rows name (printed instead of the row while its runs are missing):
+``perfed_ckt_regimes`` (PerFed-CKT's regime study and, by thirds of the clients sorted by
+training-set size, its difference to Local on the scenario) and ``cobo_cross_device_500``
+(the cross-device reproduction with the paper's 500 training images per client).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import statistics
@@ -108,12 +115,118 @@ def row_text(row: Row, results: Path) -> str:
     return f"{shown}; paired {'; '.join(paired)}"
 
 
+@dataclass(frozen=True)
+class Study:
+    """A row of a study table: its regime, its results folder, the methods shown (label ->
+    column) and the command that makes the folder (one seed unless it says otherwise)."""
+
+    regime: str
+    folder: str
+    methods: tuple[tuple[str, str], ...]
+    command: str
+
+
+PERFED_FILE = "fedsim run scenarios/papers/perfed_ckt_table2.yaml --workers 2"
+PERFED_METHODS = (("perfed_ckt", "c = 2"), ("perfed_ckt_c1", "c = 1"), ("local", "Local"))
+STUDIES = {
+    "perfed_ckt_regimes": (
+        Study("the scenario: Dir(0.1), small shards, lr 0.01, λ = 2 (3 seeds)",
+              "perfed_ckt_table2", PERFED_METHODS, PERFED_FILE),
+        Study("milder skew, shared classes: α = 1", "perfed_ckt_regime_alpha1", PERFED_METHODS,
+              f"{PERFED_FILE} --set name=perfed_ckt_regime_alpha1 --set 'sweep.seed=[1]' "
+              "--set dataset.partition.alpha=1.0"),
+        Study("Local overfitting and a stronger pull: α = 1, lr 0.05, λ = 4",
+              "perfed_ckt_regime_overfit", (PERFED_METHODS[0], PERFED_METHODS[2]),
+              f"{PERFED_FILE} --only perfed_ckt local --set name=perfed_ckt_regime_overfit "
+              "--set 'sweep.seed=[1]' --set dataset.partition.alpha=1.0 "
+              "--set training.lr=0.05 --set 'algorithms[0].distill_weight=4'"),
+        Study("the larger cnn on every client, the smallest shards (train share 0.1)",
+              "perfed_ckt_regime_cnn", (PERFED_METHODS[0], PERFED_METHODS[2]),
+              f"{PERFED_FILE} --only perfed_ckt local --set name=perfed_ckt_regime_cnn "
+              "--set 'sweep.seed=[1]' --set 'model={name: cnn}' "
+              "--set 'dataset.train_fractions=[0.1]'"),
+    ),
+    "cobo_cross_device_500": (
+        Study("500 training and 200 test images per client (3 seeds)", "cobo_cross_device_500",
+              ROWS[3].methods,
+              "fedsim run scenarios/papers/cobo_cross_device.yaml --workers 2 "
+              "--set name=cobo_cross_device_500 --set dataset.num_samples=56000 "
+              "--set dataset.test_fraction=0.2857"),
+    ),
+}  # fmt: skip
+
+
+def study_text(study: Study, results: Path) -> str:
+    """The study's row: each method's final accuracy (mean ± interval over seeds, or the
+    one seed's), or the command to run while its folder is missing."""
+    folder = results / study.folder
+    if not folder.is_dir():
+        return f"not run: {study.command}"
+    shown = []
+    for label, name in study.methods:
+        values = list(final_accuracies(folder, label, "").values())
+        shown.append(
+            f"{name} {values[0]:.1f}"
+            if len(values) == 1
+            else "{} {:.1f} ± {:.1f}".format(name, *mean_and_half(values))
+        )
+    return ", ".join(shown)
+
+
+def thirds_text(results: Path) -> str:
+    """PerFed-CKT (c = 2) − Local on the scenario by thirds of the clients sorted by their
+    training-set size: the range over the seeds of the mean difference of each third's final
+    accuracies, and on how many of a third's clients (over the seeds) PerFed-CKT is ahead."""
+    from fedsim.config import load_scenario  # heavy (torch): only this table needs it
+    from fedsim.runner import build_dataset
+
+    folder = results / "perfed_ckt_table2"
+    differences: list[list[float]] = [[], [], []]
+    ahead, counted = [0, 0, 0], [0, 0, 0]
+    for seed in sorted(final_accuracies(folder, "perfed_ckt", "")):
+        run = folder / f"perfed_ckt@seed={seed}"
+        sizes = [s.num_train for s in build_dataset(load_scenario(run / "scenario.yaml")).shards]
+        finals = [last_client_accuracies(folder / f"{label}@seed={seed}") for label in
+                  ("perfed_ckt", "local")]  # fmt: skip
+        order = sorted(range(len(sizes)), key=lambda c: (sizes[c], c))
+        for third, clients in enumerate(split_in_thirds(order)):
+            gaps = [finals[0][c] - finals[1][c] for c in clients]
+            differences[third].append(100.0 * statistics.mean(gaps))
+            ahead[third] += sum(g > 0 for g in gaps)
+            counted[third] += len(gaps)
+    names = ("smallest", "middle", "largest")
+    return "; ".join(
+        f"{name} third {signed(min(d))} to {signed(max(d))} (ahead on {a} of {n} clients)"
+        for name, d, a, n in zip(names, differences, ahead, counted, strict=True)
+    )
+
+
+def split_in_thirds(order: list[int]) -> list[list[int]]:
+    n = len(order)
+    return [order[: n // 3], order[n // 3 : 2 * n // 3], order[2 * n // 3 :]]
+
+
+def last_client_accuracies(run: Path) -> dict[int, float]:
+    """Client -> its accuracy at the run's last evaluation (clients.csv)."""
+    with (run / "clients.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    last_time = rows[-1]["time_s"]
+    return {int(r["client"]): float(r["accuracy"]) for r in rows if r["time_s"] == last_time}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--table", choices=("main", *STUDIES), default="main")
     args = parser.parse_args(argv)
-    for row in ROWS:
-        print(f"{row.headline}: {row_text(row, args.results)}")
+    if args.table == "main":
+        for row in ROWS:
+            print(f"{row.headline}: {row_text(row, args.results)}")
+        return 0
+    for study in STUDIES[args.table]:
+        print(f"{study.regime}: {study_text(study, args.results)}")
+    if args.table == "perfed_ckt_regimes":
+        print(f"c = 2 − Local by training-set size: {thirds_text(args.results)}")
     return 0
 
 
