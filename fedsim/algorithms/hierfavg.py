@@ -7,12 +7,12 @@ Learning", ICC 2020, Algorithm 1) over the cells.
 
 Here a round is an edge round, which the edges run side by side (the paper's iteration
 index k is one clock for all of them): each edge server, at a base-station site, selects
-among the clients its cell serves, sends them its model from its own transmitter, lets them
-train κ₁ = ``local_steps`` SGD steps (by default the scenario's local work, as FedAvg's
-clients), and averages the updates they upload to it over
-the cell's radio (the uplink medium, link layer, schedulers, codecs and energy of a flat
-run). Every κ₂ = ``cloud_every`` rounds the edges send their models over the backhaul to
-the cloud, which averages them weighted by their clients' samples and sends the result back.
+among its clients, sends them its model from its own transmitter, lets them train
+κ₁ = ``local_steps`` SGD steps (by default the scenario's local work, as FedAvg's clients),
+and averages the updates they upload to it over the cell's radio (the uplink medium, link
+layer, schedulers, codecs and energy of a flat run). Every κ₂ = ``cloud_every`` rounds the
+edges send their models over the backhaul to the cloud, which averages them weighted by
+their clients' samples and sends the result back.
 
 An edge closes its round by the server policy of a flat run (wait for all, a deadline, the
 first k of an over-selection), applied to its own clients; an edge that kept no update that
