@@ -261,3 +261,38 @@ def test_with_the_radio_each_upload_costs_its_clients_power_times_its_air_time(t
     assert cut > 0  # the deadline cut some uploads: their joules are wasted
     assert summary["energy_j"]["tx_j"] == pytest.approx(expected_j, rel=1e-9)
     assert 0 < summary["energy_j"]["wasted_j"] < summary["energy_j"]["tx_j"] + 1e-12
+
+
+def test_an_upload_the_link_gives_up_stops_drawing_power_when_it_ends(tmp_path):
+    """Yang et al.'s per-upload rule loses the uploads below the SINR threshold: each still
+    costs its power times its air time, and nothing after (the transmitter is off)."""
+    data = tiny_scenario(
+        tmp_path,
+        system={
+            "radio": {"cell_radius_m": 500, "shadowing_db": 8, "uplink_bandwidth_hz": 2e5,
+                      "link": {"model": "per_upload", "sinr_threshold_db": 30.0}},
+            "energy": {"circuit_power_w": 0.02},
+        },
+        algorithms=[{"name": "fedavg", "deadline_s": 2.5}],
+    )  # fmt: skip
+    data["system"]["network"] = {}
+    data["output"]["events"] = True
+    run_dir = run(data)
+    power_w = {
+        int(r["client"]): 10 ** (float(r["tx_power_dbm"]) / 10) / 1000 + 0.02
+        for r in csv.DictReader((run_dir / "radio.csv").open())
+    }
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
+    started = {e["transfer"]: e for e in events if e["kind"] == "send_start"}
+    expected_j, lost = 0.0, 0
+    for e in events:
+        if (
+            e["kind"] in ("send_end", "send_abort")
+            and started[e["transfer"]]["direction"] == "uplink"
+        ):
+            start = started[e["transfer"]]
+            expected_j += power_w[start["sender"]] * (e["t"] - start["t"])
+            lost += e["kind"] == "send_abort" and e["reason"] == "packet_error"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert lost > 0  # some uploads fell below the threshold
+    assert summary["energy_j"]["tx_j"] == pytest.approx(expected_j, rel=1e-9)

@@ -328,7 +328,12 @@ class Network:
                 got, retry, tx_lost = [r for r in receivers if self.is_online(r)], None, 0.0
                 self.log.transfer_end(transfer, got)
             else:
-                got, retry, tx_lost = self._after_attempt(transfer, flow, channel, attempt)
+                try:
+                    got, retry, tx_lost = self._after_attempt(transfer, flow, channel, attempt)
+                except TransmissionLost:  # the link model gave the transfer up: radios off
+                    if air is not None:
+                        energy.off_air(air, lost=listening, tx_lost=True)
+                    raise
             reached.extend(got)
             if air is not None:  # the sender's joules are wasted if nobody got its bits
                 missed = [r for r in listening if r not in got]
