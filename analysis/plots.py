@@ -78,7 +78,6 @@ def _mark_cloud_rounds(ax: Axes, run: Run, accuracy: np.ndarray, colour) -> None
     ax.plot(
         run.columns["time_s"][after], accuracy[after], linestyle="none", marker="^",
         markersize=4, color=colour, zorder=4,
-        label=f"{style.run_name(run)}: after a cloud aggregation",
     )  # fmt: skip
 
 
@@ -164,6 +163,13 @@ def plot_time_to_accuracy(
         ]
     if seeded:
         explanation.append(Patch(color=style.EXPLANATION_COLOUR, alpha=0.3, label=_SEED_BAND))
+    if any(
+        "cloud_rounds" in run.columns for group in groups if not group.seeded for run in group.runs
+    ):
+        explanation.append(
+            Line2D([], [], color=style.EXPLANATION_COLOUR, linestyle="none", marker="^",
+                   markersize=4, label="after a cloud aggregation")
+        )  # fmt: skip
     if target_accuracy is not None:
         ax.axhline(target_accuracy * 100.0, color="black", linestyle="--", linewidth=1)
         reached = "KM median over seeds" if seeded else "first reached"

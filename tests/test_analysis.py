@@ -223,6 +223,22 @@ def test_time_figure_keeps_its_legend_off_the_data_and_a_full_client_band_faint(
     assert any(list(line.get_ydata()) == [100.0] * 3 for line in ax.get_lines())
 
 
+def test_time_figure_marks_the_evaluations_after_each_cloud_aggregation(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Hierarchical FL: a triangle where cloud_rounds grew since the previous evaluation."""
+    figures: list[Figure] = []
+    monkeypatch.setattr("analysis.style.save", lambda figure, out_path: figures.append(figure))
+    run = _run([2.0, 4.0, 6.0, 8.0], [0.2, 0.3, 0.5, 0.6])
+    run.columns["cloud_rounds"] = np.array([0.0, 1.0, 1.0, 2.0])
+    plot_time_to_accuracy([run], tmp_path / "time.png")
+    [ax] = figures[0].axes
+    [marks] = [line for line in ax.get_lines() if line.get_marker() == "^"]
+    assert list(marks.get_xdata()) == [4.0, 8.0]
+    assert list(marks.get_ydata()) == [30.0, 60.0]
+    assert "after a cloud aggregation" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
 def test_plot_time_to_accuracy_without_target_writes_png(tmp_path: Path) -> None:
     _assert_png(plot_time_to_accuracy(_comparison_runs(tmp_path), tmp_path / "time.png"))
 
