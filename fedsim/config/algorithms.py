@@ -288,8 +288,9 @@ class HierFavgConfig(SyncServerConfig):
         "A client served by another site than its edge's is relayed over the backhaul",
     )
     cloud_every: Annotated[int, Field(ge=1, le=MAX_ROUNDS), NO_BOOL] = Field(
+        examples=[10],
         description="κ₂: edge aggregations between two cloud aggregations (1: every edge "
-        "round; the paper compares κ₁κ₂ fixed, e.g. (κ₁, κ₂) = (60, 1), (6, 10))"
+        "round; the paper compares κ₁κ₂ fixed, e.g. (κ₁, κ₂) = (60, 1), (6, 10))",
     )
 
 
