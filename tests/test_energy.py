@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -228,27 +230,28 @@ def test_a_transmit_power_beside_the_radio_is_an_error(tmp_path):
     assert "radio.tx_power_dbm" in " ".join(caught.value.problems)
 
 
-def test_with_the_radio_each_upload_costs_its_clients_power_times_its_air_time(tmp_path):
+def radio_energy_run(tmp_path, radio: dict) -> Path:
+    """A run on a radio cell counting energy (circuit 0.02 W), with its event log."""
     data = tiny_scenario(
         tmp_path,
-        system={
-            "radio": {"cell_radius_m": 300, "shadowing_db": 6, "uplink_bandwidth_hz": 2e5,
-                      "fading": {"model": "rayleigh", "coherence_s": 0.05},
-                      "tx_power_dbm": {"kind": "uniform", "low_dbm": 0, "high_dbm": 20}},
-            "energy": {"circuit_power_w": 0.02},
-        },
+        system={"radio": radio, "energy": {"circuit_power_w": 0.02}},
         algorithms=[{"name": "fedavg", "deadline_s": 2.5}],
-    )  # fmt: skip
+    )
     data["system"]["network"] = {}
     data["output"]["events"] = True
-    run_dir = run(data)
+    return run(data)
+
+
+def uploads_by_hand(run_dir: Path) -> tuple[float, Counter]:
+    """Σ over uploads of the sender's drawn power × (end − start), and how the uploads ended
+    (completed, or aborted by reason)."""
     power_w = {
         int(r["client"]): 10 ** (float(r["tx_power_dbm"]) / 10) / 1000 + 0.02
         for r in csv.DictReader((run_dir / "radio.csv").open())
     }
     events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
     started = {e["transfer"]: e for e in events if e["kind"] == "send_start"}
-    expected_j, cut = 0.0, 0
+    expected_j, endings = 0.0, Counter()
     for e in events:
         if (
             e["kind"] in ("send_end", "send_abort")
@@ -256,9 +259,20 @@ def test_with_the_radio_each_upload_costs_its_clients_power_times_its_air_time(t
         ):
             start = started[e["transfer"]]
             expected_j += power_w[start["sender"]] * (e["t"] - start["t"])
-            cut += e["kind"] == "send_abort"
+            endings[e.get("reason", "completed")] += 1
+    return expected_j, endings
+
+
+def test_with_the_radio_each_upload_costs_its_clients_power_times_its_air_time(tmp_path):
+    run_dir = radio_energy_run(
+        tmp_path,
+        {"cell_radius_m": 300, "shadowing_db": 6, "uplink_bandwidth_hz": 2e5,
+         "fading": {"model": "rayleigh", "coherence_s": 0.05},
+         "tx_power_dbm": {"kind": "uniform", "low_dbm": 0, "high_dbm": 20}},
+    )  # fmt: skip
+    expected_j, endings = uploads_by_hand(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert cut > 0  # the deadline cut some uploads: their joules are wasted
+    assert endings["cancelled"] > 0  # the deadline cut some uploads: their joules are wasted
     assert summary["energy_j"]["tx_j"] == pytest.approx(expected_j, rel=1e-9)
     assert 0 < summary["energy_j"]["wasted_j"] < summary["energy_j"]["tx_j"] + 1e-12
 
@@ -266,33 +280,12 @@ def test_with_the_radio_each_upload_costs_its_clients_power_times_its_air_time(t
 def test_an_upload_the_link_gives_up_stops_drawing_power_when_it_ends(tmp_path):
     """Yang et al.'s per-upload rule loses the uploads below the SINR threshold: each still
     costs its power times its air time, and nothing after (the transmitter is off)."""
-    data = tiny_scenario(
+    run_dir = radio_energy_run(
         tmp_path,
-        system={
-            "radio": {"cell_radius_m": 500, "shadowing_db": 8, "uplink_bandwidth_hz": 2e5,
-                      "link": {"model": "per_upload", "sinr_threshold_db": 30.0}},
-            "energy": {"circuit_power_w": 0.02},
-        },
-        algorithms=[{"name": "fedavg", "deadline_s": 2.5}],
+        {"cell_radius_m": 500, "shadowing_db": 8, "uplink_bandwidth_hz": 2e5,
+         "link": {"model": "per_upload", "sinr_threshold_db": 30.0}},
     )  # fmt: skip
-    data["system"]["network"] = {}
-    data["output"]["events"] = True
-    run_dir = run(data)
-    power_w = {
-        int(r["client"]): 10 ** (float(r["tx_power_dbm"]) / 10) / 1000 + 0.02
-        for r in csv.DictReader((run_dir / "radio.csv").open())
-    }
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
-    started = {e["transfer"]: e for e in events if e["kind"] == "send_start"}
-    expected_j, lost = 0.0, 0
-    for e in events:
-        if (
-            e["kind"] in ("send_end", "send_abort")
-            and started[e["transfer"]]["direction"] == "uplink"
-        ):
-            start = started[e["transfer"]]
-            expected_j += power_w[start["sender"]] * (e["t"] - start["t"])
-            lost += e["kind"] == "send_abort" and e["reason"] == "packet_error"
+    expected_j, endings = uploads_by_hand(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert lost > 0  # some uploads fell below the threshold
+    assert endings["packet_error"] > 0  # some uploads fell below the threshold
     assert summary["energy_j"]["tx_j"] == pytest.approx(expected_j, rel=1e-9)
