@@ -297,21 +297,13 @@ def _algorithms(args: argparse.Namespace) -> int:
     """Every algorithm name with what it is and its options: type, default, description."""
     for name in ALGORITHM_NAMES:
         model = algorithm_model(name)
-        # A required option has no default: its example stands in, so the others' defaults
-        # come out as validation makes them (some depend on other options).
-        required = {
-            k: f.examples[0]
-            for k, f in model.model_fields.items()
-            if f.is_required() and k != "name"
-        }
-        defaults = model.model_validate({**required, "name": name}).model_dump(mode="json")
+        defaults = model.model_validate({"name": name}).model_dump(mode="json")
         print(f"{name}: {(model.__doc__ or '').strip().splitlines()[0]}")
         for field_name, field in model.model_fields.items():
             if field_name in ("name", "label"):
                 continue
             about = f"  ({field.description})" if field.description else ""
-            value = "(required)" if field_name in required else json.dumps(defaults[field_name])
-            print(f"    {field_name} = {value}{about}")
+            print(f"    {field_name} = {json.dumps(defaults[field_name])}{about}")
     return 0
 
 

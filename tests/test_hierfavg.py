@@ -219,9 +219,13 @@ def test_churn_and_deadlines_at_the_edge(tmp_path, monkeypatch):
     assert int(rounds[-1]["cloud_rounds"]) == 4
 
 
-def test_hierfavg_needs_its_k2(tmp_path):
-    data = tiny_scenario(tmp_path, algorithms=[{"name": "hierfavg"}])
-    with pytest.raises(ScenarioError, match=r"algorithms\[0\]\.cloud_every"):
+@pytest.mark.parametrize(
+    ("option", "field"),
+    [({"cloud_every": 0}, "cloud_every"), ({"association": "closest"}, "association")],
+)
+def test_bad_hierfavg_options_name_the_field(tmp_path, option, field):
+    data = tiny_scenario(tmp_path, algorithms=[{"name": "hierfavg", **option}])
+    with pytest.raises(ScenarioError, match=rf"algorithms\[0\]\.{field}"):
         parse_scenario(data)
 
 

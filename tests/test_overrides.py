@@ -147,7 +147,6 @@ def test_algorithms_lists_every_algorithm_with_its_defaults(capsys):
         assert f"\n{name}: " in f"\n{out}"
     fedadam = out.split("\nfedadam: ")[1].split("\nfedyogi: ")[0]
     assert '"name": "adam"' in fedadam  # the preset, not the base class's sgd
-    assert "    cloud_every = (required)" in out  # hierfavg's κ₂ has no default
 
 
 def test_each_server_optimizer_description_tells_its_own_default(capsys):
