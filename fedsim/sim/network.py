@@ -413,7 +413,8 @@ class Network:
     ) -> dict[int, simpy.Event]:
         """Start sending the same payload to every client of the group: from the server
         (over the backhaul to their sites first, with several cells), or from an edge server
-        at ``site`` on that site's own transmitter (its clients are that cell's).
+        at ``site``: on that site's own transmitter to the clients it serves, through the
+        core and their own site's transmitter to the others.
 
         Returns per-client delivery events; a client offline at the end of its
         transmission misses it (its event never fires). An event's value is (seconds the
