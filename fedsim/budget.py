@@ -116,6 +116,7 @@ def budget_algorithm(
         return total / len(rows) if rows else None
 
     breakdown = {part: mean([r[part] for r in rows]) for part in (*BREAKDOWN, "waiting_s")}
+    closed_form_s = closed_form_round_s(scenario, algorithm, world)
     empty = [r for r in rows if r["selected"] and not r["participants"]]
     return Budget(
         algorithm=algorithm.run_label,
@@ -136,7 +137,7 @@ def budget_algorithm(
         wasted_bytes=log.wasted_bytes,
         retransmitted_bytes=log.retransmitted_bytes,
         participants_per_round=mean([r["participants"] for r in rows]),
-        closed_form_round_s=closed_form_round_s(scenario, algorithm, world),
+        closed_form_round_s=closed_form_s,
         simulated_s=world.env.now,
         message_bytes=message_bytes(world),
         radio=rate_distribution(world.network.radio) if world.network.radio else None,
@@ -146,7 +147,7 @@ def budget_algorithm(
         empty_rounds=len(empty),
         empty_rounds_cut_at={where: sum(r[where] for r in empty) for where in CUT_AT},
         backhaul=backhaul_totals(world),
-        cloud=cloud_level(scenario, algorithm, world, rows),
+        cloud=cloud_level(algorithm, rows, closed_form_s),
     )
 
 
@@ -164,10 +165,11 @@ def backhaul_totals(world: World) -> dict | None:
 
 
 def cloud_level(
-    scenario: Scenario, algorithm: AlgorithmConfig, world: World, rows: list[dict]
+    algorithm: AlgorithmConfig, rows: list[dict], closed_form_round_s: float | None
 ) -> dict | None:
     """Hierarchical FL's cloud level: its aggregations, the mean time from one to the next
-    (the first from the start), the part of it on the backhaul, and its closed form."""
+    (the first from the start), the part of it on the backhaul, and its closed form (κ₂
+    rounds, each with its share of the backhaul: ``closed_form_round_s``)."""
     if not isinstance(algorithm, HierFavgConfig):
         return None
     periods: list[list[dict]] = [[]]  # the rounds of each cloud round
@@ -178,15 +180,15 @@ def cloud_level(
     complete = periods[:-1]
     durations_s = [p[-1]["end_s"] - p[0]["start_s"] for p in complete]
     backhaul_s = [sum(r["backhaul_s"] for r in p) for p in complete]
-    edge_s = edge_round_closed_form_s(scenario, algorithm, world)
+    every = algorithm.cloud_every
     return {
-        "edge_rounds_per_cloud": algorithm.cloud_every,
+        "edge_rounds_per_cloud": every,
         "cloud_rounds": len(complete),
         "cloud_round_s": float(np.mean(durations_s)) if complete else None,
         "backhaul_s": float(np.mean(backhaul_s)) if complete else None,
         "closed_form_cloud_round_s": None
-        if edge_s is None
-        else algorithm.cloud_every * edge_s + 2 * backhaul_transfer_s(world),
+        if closed_form_round_s is None
+        else every * closed_form_round_s,
     }
 
 

@@ -393,18 +393,17 @@ class World:
 
     def over_backhaul(
         self, sites: Sequence[int], *tensors: torch.Tensor, up: bool
-    ) -> Generator[simpy.Event, None, tuple[torch.Tensor, ...]]:
-        """Process body: each of the sites sends these tensors to the cloud (``up``), or the
-        cloud sends them to each site, over the backhaul, all at once, as they are (at the
-        scenario's precision; codecs are for the radio). Nothing to send without cells: the
-        one edge server is where the cloud is."""
+    ) -> Generator[simpy.Event, None, None]:
+        """Process body: each of the sites sends tensors of these sizes to the cloud (``up``),
+        or the cloud sends them to each site, over the backhaul, all at once, as they are (at
+        the scenario's precision; codecs are for the radio). Nothing to send without cells:
+        the one edge server is where the cloud is."""
         backhaul = self.network.backhaul
         if backhaul is not None and sites:
             nbytes = self.payload_bytes(*tensors)
             started_s = self.env.now
             yield from backhaul.send(sites, nbytes, up=up, round_index=self.round_index)
             self._rounds.stats.backhaul_s += self.env.now - started_s
-        return tensors
 
     def note_cloud_round(self) -> None:
         """The cloud aggregated the edge servers' models (metrics count it)."""
@@ -444,8 +443,8 @@ class World:
     ) -> Downlink:
         """The base station sends the same payload to a group: per-client arrival events, and
         the tensors as the clients decode them (the same, without a downlink codec). From
-        the server, or from the edge server at ``site`` to that cell's clients (with cells;
-        without, the edge server is the server).
+        the server, or from the edge server at ``site`` (with cells; without, the edge
+        server is the server), relayed to the clients another site serves.
 
         A client that is offline when the transmission ends misses it: its event never fires.
         """
