@@ -126,8 +126,13 @@ def _draw_seed_mean(ax: Axes, group: RunGroup, colour, column: str, x_scale: flo
 def _draw_seeds_against_time(
     ax: Axes, group: RunGroup, colour, target_accuracy: float | None
 ) -> None:
-    """A seed group's mean curve and band, and its KM median time to target on the target."""
-    if _draw_seed_mean(ax, group, colour, "time_s", 1.0) and target_accuracy is not None:
+    """A seed group's mean curve and band, and its KM median time to target on the target;
+    a group of one seed, its cloud aggregations (its curve is that run's)."""
+    drawn = _draw_seed_mean(ax, group, colour, "time_s", 1.0)
+    if drawn and len(group.runs) == 1:
+        [run] = group.runs
+        _mark_cloud_rounds(ax, run, style.percent(run, "accuracy"), colour)
+    if drawn and target_accuracy is not None:
         km = outcomes_km([run_outcome(run, target_accuracy) for run in group.runs])
         _mark_target(ax, km.median, target_accuracy, colour, "D")
 
@@ -163,9 +168,7 @@ def plot_time_to_accuracy(
         ]
     if seeded:
         explanation.append(Patch(color=style.EXPLANATION_COLOUR, alpha=0.3, label=_SEED_BAND))
-    if any(
-        "cloud_rounds" in run.columns for group in groups if not group.seeded for run in group.runs
-    ):
+    if any("cloud_rounds" in group.runs[0].columns for group in groups if len(group.runs) == 1):
         explanation.append(
             Line2D([], [], color=style.EXPLANATION_COLOUR, linestyle="none", marker="^",
                    markersize=4, label="after a cloud aggregation")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -223,13 +224,15 @@ def test_time_figure_keeps_its_legend_off_the_data_and_a_full_client_band_faint(
     assert any(list(line.get_ydata()) == [100.0] * 3 for line in ax.get_lines())
 
 
+@pytest.mark.parametrize("label", ["hand", "hand@seed=1"])
 def test_time_figure_marks_the_evaluations_after_each_cloud_aggregation(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch, label: str
 ) -> None:
-    """Hierarchical FL: a triangle where cloud_rounds grew since the previous evaluation."""
+    """Hierarchical FL: a triangle where cloud_rounds grew since the previous evaluation, on a
+    run's curve (alone, or the one seed of its group)."""
     figures: list[Figure] = []
     monkeypatch.setattr("analysis.style.save", lambda figure, out_path: figures.append(figure))
-    run = _run([2.0, 4.0, 6.0, 8.0], [0.2, 0.3, 0.5, 0.6])
+    run = replace(_run([2.0, 4.0, 6.0, 8.0], [0.2, 0.3, 0.5, 0.6]), label=label)
     run.columns["cloud_rounds"] = np.array([0.0, 1.0, 1.0, 2.0])
     plot_time_to_accuracy([run], tmp_path / "time.png")
     [ax] = figures[0].axes
