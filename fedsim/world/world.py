@@ -306,7 +306,8 @@ class World:
         """
         candidates = yield from self.online_clients()
         if among is not None:
-            candidates = [c for c in candidates if c in among]
+            members = set(among)  # an edge's clients: a lookup per candidate
+            candidates = [c for c in candidates if c in members]
             if not candidates:
                 return []
         wanted = self.wanted_updates(fraction, among)
