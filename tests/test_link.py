@@ -22,6 +22,7 @@ from fedsim.sim.bler import LOSS_DB, BlerCurves, finite_length_bler
 from fedsim.sim.draws import Fading
 from fedsim.sim.event_check import check_events
 from fedsim.sim.link import Harq, HarqLink, HarqLinkSettings, HarqSettings, PerUploadSettings
+from fedsim.sim.link.adaptation import FlatSnr
 from fedsim.sim.medium import TransmissionLost
 from fedsim.sim.nr import DATA_RE_PER_PRB, code_blocks, mcs_table, transport_block_bits
 from fedsim.sim.pathloss import UmiStreetCanyon
@@ -138,7 +139,7 @@ def test_goodput_is_rate_times_one_minus_bler_and_blocks_take_one_over_one_minus
     assert 0.1 < p <= 0.3
     sent, failed, speeds = 0, 0, []
     for k in range(600):
-        period = link.plan(0.0, 0, snr_db, snr_db, prbs * link.settings.prb_hz, 1e9, 0.05,
+        period = link.plan(0.0, 0, FlatSnr(snr_db, snr_db), prbs * link.settings.prb_hz, 1e9, 0.05,
                            (k + 0.5) / 600)  # fmt: skip
         assert period.shape == shape and period.sent == 100  # 0.05 s of 0.5 ms slots
         speeds.append(period.speed_bps)
@@ -156,7 +157,7 @@ def test_a_transfer_ending_in_its_period_needs_one_over_one_minus_bler_transmiss
     snr_db = shape.threshold_db + 10 * math.log10(20)
     needed = 40
     totals = [
-        link.plan(0.0, 0, snr_db, snr_db, 20 * link.settings.prb_hz, needed * shape.bits,
+        link.plan(0.0, 0, FlatSnr(snr_db, snr_db), 20 * link.settings.prb_hz, needed * shape.bits,
                   math.inf, (k + 0.5) / 2000).sent
         for k in range(2000)
     ]  # fmt: skip
@@ -192,7 +193,13 @@ def test_the_outer_loop_drives_the_bler_to_its_target_whatever_the_estimates_err
         sent = failed = 0.0
         for block in range(len(snr_db)):
             period = link.plan(
-                0.0, 0, snr_db[block], estimate_db[block], 10e6, 1e12, 0.01, rng.uniform()
+                0.0,
+                0,
+                FlatSnr(snr_db[block], estimate_db[block]),
+                10e6,
+                1e12,
+                0.01,
+                rng.uniform(),
             )
             tally = link.settle(period, 0.01, 0)
             sent, failed = sent + tally.sent, failed + tally.failed
@@ -236,7 +243,7 @@ def test_a_fractional_share_alternates_whole_prbs_and_radiates_no_more_than_it_h
         assert rate(1.99) <= rate(2.0) and rate(2.0) == pytest.approx(rate(1.99999), rel=1e-4)
         assert rate(2.25) == pytest.approx(0.75 * rate(2.0) + 0.25 * rate(3.0))
     adaptation = link.adaptation[UPLINK]
-    period = adaptation.plan(0.0, 0, 30.0, 30.0, 2.25 * prb_hz, 1e12, 0.1, 0.5)
+    period = adaptation.plan(0.0, 0, FlatSnr(30.0, 30.0), 2.25 * prb_hz, 1e12, 0.1, 0.5)
     on_three = [k for k in range(period.sent) if (k + 1) // 4 > k // 4]
     assert len(on_three) == period.sent // 4  # a quarter of the blocks on 3 PRBs
 
@@ -247,7 +254,7 @@ def test_a_re_split_that_keeps_the_allocation_changes_only_the_slots():
     each rate for its time, and the period runs again when its planned blocks are used up."""
     link = harq()
     prb_hz = link.settings.prb_hz
-    period = link.plan(0.0, 0, 12.0, 12.0, 0.25 * prb_hz, 1e9, 0.1, 0.3)
+    period = link.plan(0.0, 0, FlatSnr(12.0, 12.0), 0.25 * prb_hz, 1e9, 0.1, 0.3)
     assert period.allocation == (1, 0.0) and period.blocks_per_s == pytest.approx(500)
     assert period.sent == 50 and period.review_s == math.inf
     speed = period.speed_bps
@@ -343,7 +350,7 @@ def test_an_mcs_whose_blocks_all_fail_is_given_up_on_a_static_channel():
 
 def test_below_the_lowest_mcs_nothing_is_sent_until_the_channel_improves():
     link = harq()
-    period = link.plan(0.0, 0, -30.0, -30.0, 1e6, 1e6, 0.1, 0.5)
+    period = link.plan(0.0, 0, FlatSnr(-30.0, -30.0), 1e6, 1e6, 0.1, 0.5)
     assert period.shape is None and period.speed_bps == 0.0
     assert link.settle(period, 0.1, 0).sent == 0.0
 

@@ -365,3 +365,130 @@ def test_open_loop_power_matches_sionna() -> None:
     np.testing.assert_allclose(
         ours_30[uncapped] - sionna_dbm[uncapped], 10 * np.log10(2), atol=1e-9
     )
+
+
+# --- per-subband scheduling
+
+SUBBAND_PRBS = [4] * 12 + [3]  # 51 PRBs (20 MHz at 30 kHz) in 13 subbands
+
+
+def _subband_rates(rng: np.random.Generator, users: int, subbands: int = 13) -> np.ndarray:
+    """[users, subbands] rate on each whole subband: i.i.d. Rayleigh per subband."""
+    return _rayleigh_rates(rng, np.full(users, 10.0), subbands).T * 4
+
+
+@pytest.mark.parametrize("users", [1, 3, 20, 60])  # 60: more users than PRBs
+def test_subband_columns_hold_every_prb(users: int) -> None:
+    rng = np.random.default_rng(6)
+    for scheduler in (RoundRobin(), ProportionalFair(), MaxRate()):
+        for _ in range(3):
+            allocation = scheduler.allocate_subbands(
+                list(range(users)), _subband_rates(rng, users), SUBBAND_PRBS
+            )
+            assert allocation.shape == (users, 13) and allocation.dtype.kind == "i"
+            assert (allocation >= 0).all()
+            assert allocation.sum(axis=0).tolist() == SUBBAND_PRBS
+
+
+def test_round_robin_per_subband_places_its_counts_contiguously() -> None:
+    rng = np.random.default_rng(7)
+    flat, per_subband = RoundRobin(), RoundRobin()
+    boundaries = np.cumsum(SUBBAND_PRBS)[:-1]
+    for users in ([1, 2, 3], [1, 3], [0, 1, 2, 3], [3], [0, 4], list(range(60)), [0, 1, 2, 4]):
+        counts = flat.allocate(users, flat_rates([1.0] * len(users)), 51)
+        allocation = per_subband.allocate_subbands(
+            users, _subband_rates(rng, len(users)), SUBBAND_PRBS
+        )
+        assert allocation.sum(axis=1).tolist() == counts  # the rotation carries on alike
+        owner = np.repeat(np.arange(len(users)), counts)  # PRB 0..50, user 0 first
+        expected = [np.bincount(o, minlength=len(users)) for o in np.split(owner, boundaries)]
+        np.testing.assert_array_equal(allocation, np.array(expected).T)
+
+
+def test_proportional_fair_per_subband_by_hand() -> None:
+    scheduler = ProportionalFair()
+    rates = np.array([[4.0, 1.0, 2.0, 0.0], [2.0, 3.0, 2.0, 1.0], [1.0, 3.5, 6.0, 4.0]])
+    prbs = [2, 3, 4, 1]
+    # First seen: T = row sum / 3 = 7/3, 8/3, 14.5/3; r / T per subband:
+    # [1.71 0.43 0.86 0], [0.75 1.13 0.75 0.38], [0.21 0.72 1.24 0.83]
+    allocation = scheduler.allocate_subbands([2, 5, 7], rates, prbs)
+    np.testing.assert_allclose(
+        [scheduler.average_bps[u] for u in (2, 5, 7)], rates.sum(axis=1) / 3, rtol=1e-15
+    )
+    np.testing.assert_array_equal(allocation, [[2, 0, 0, 0], [0, 3, 0, 0], [0, 0, 4, 1]])
+    # max rate gives subband 1 to the third user (3.5 > 3), PF to the second
+    np.testing.assert_array_equal(
+        MaxRate().allocate_subbands([2, 5, 7], rates, prbs),
+        [[2, 0, 0, 0], [0, 0, 0, 0], [0, 3, 4, 1]],
+    )
+
+
+def test_proportional_fair_per_subband_zero_average_and_ties() -> None:
+    scheduler = ProportionalFair()
+    scheduler.allocate_subbands([1, 3], np.array([[0.0, 0.0], [5.0, 5.0]]), [2, 2])
+    assert scheduler.average_bps[1] == 0.0  # first seen at rate 0: T = 0
+    allocation = scheduler.allocate_subbands([1, 3], np.array([[0.1, 0.0], [5.0, 5.0]]), [2, 2])
+    np.testing.assert_array_equal(allocation, [[2, 0], [0, 2]])  # 0.1 / 0: +inf; 0 / 0: 0
+    tied = ProportionalFair().allocate_subbands([4, 6], np.ones((2, 3)), [1, 1, 1])
+    np.testing.assert_array_equal(tied, [[1, 1, 1], [0, 0, 0]])  # ties: the lowest id
+
+
+def test_proportional_fair_per_subband_gives_each_user_its_peaks() -> None:
+    rates = np.ones((4, 8))
+    for u in range(4):
+        rates[u, 2 * u : 2 * u + 2] = 10.0  # equal sums: equal T
+    allocation = ProportionalFair().allocate_subbands([0, 1, 2, 3], rates, [3] * 8)
+    np.testing.assert_array_equal(allocation, 3 * (rates == 10.0))
+
+
+def test_proportional_fair_per_subband_is_fair_in_the_long_run() -> None:
+    rng = np.random.default_rng(8)
+    n, periods = 4, 2000
+    prbs = np.array(SUBBAND_PRBS)
+    users = list(range(n))
+    scheduler = ProportionalFair()
+    held = np.zeros(n)
+    for _ in range(periods):
+        rates = _subband_rates(rng, n)
+        allocation = scheduler.allocate_subbands(users, rates, SUBBAND_PRBS)
+        held += (allocation > 0).sum(axis=1)
+        scheduler.record(users, list((rates * allocation / prbs).sum(axis=1)))
+    np.testing.assert_allclose(held / (13 * periods), 1.0 / n, atol=0.02)
+
+
+def test_max_rate_per_subband_picks_each_column_maximum() -> None:
+    rng = np.random.default_rng(9)
+    rates = rng.integers(0, 4, size=(6, 13)).astype(float)  # small integers: many ties
+    allocation = MaxRate().allocate_subbands([0, 2, 3, 5, 8, 9], rates, SUBBAND_PRBS)
+    owners = allocation.argmax(axis=0)
+    np.testing.assert_array_equal(owners, rates.argmax(axis=0))  # first maximum: lowest id
+    np.testing.assert_array_equal(allocation[owners, np.arange(13)], SUBBAND_PRBS)
+
+
+def test_per_subband_scales_to_thousands_of_users() -> None:
+    rng = np.random.default_rng(10)
+    users = list(range(0, 4000, 2))
+    rates = _subband_rates(rng, len(users))
+    for scheduler in (RoundRobin(), ProportionalFair(), MaxRate()):
+        for _ in range(3):
+            allocation = scheduler.allocate_subbands(users, rates, SUBBAND_PRBS)
+            assert allocation.sum(axis=0).tolist() == SUBBAND_PRBS
+
+
+def test_allocate_subbands_checks_its_inputs() -> None:
+    rates = np.ones((2, 3))
+    for scheduler in (RoundRobin(), ProportionalFair(), MaxRate()):
+        with pytest.raises(ValueError, match="ascending"):
+            scheduler.allocate_subbands([2, 1], rates, [1, 2, 3])
+        with pytest.raises(ValueError, match="no users"):
+            scheduler.allocate_subbands([], np.ones((0, 3)), [1, 2, 3])
+        with pytest.raises(ValueError, match="must be \\(users, subbands\\)"):
+            scheduler.allocate_subbands([1, 2], rates.T, [1, 2, 3])
+        for bad_prbs in ([1, 0, 3], [1.0, 2.0, 3.0], []):
+            with pytest.raises(ValueError, match="subband_prbs"):
+                scheduler.allocate_subbands([1, 2], rates, bad_prbs)
+        for bad in (-1.0, math.nan):
+            wrong = rates.copy()
+            wrong[1, 2] = bad
+            with pytest.raises(ValueError, match="user 2's rate on subband 2"):
+                scheduler.allocate_subbands([1, 2], wrong, [1, 2, 3])

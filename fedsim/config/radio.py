@@ -156,6 +156,37 @@ class FadingConfig(_Strict):
         "(f_D = v·f_c/c: 5.6 Hz for 3 km/h at 2 GHz; blocks well under 1/f_D follow it)",
     )
 
+    profile: Literal["flat", "TDL-A", "TDL-B", "TDL-C"] = Field(
+        default="flat",
+        description="flat: one gain over the whole band; a TR 38.901 tapped-delay-line profile "
+        "(Tables 7.7.2-1..3, NLOS): a gain per subband (PRB group) from the taps, correlated "
+        "across frequency by the delay spread and in time by doppler_hz",
+    )
+    delay_spread_ns: Annotated[float, Field(ge=1, le=5_000), NO_BOOL] = Field(
+        default=100.0,
+        description="the TDL profile's rms delay spread (TR 38.901 Table 7.7.3-1: 10 very "
+        "short, 30 short, 100 nominal, 300 long, 1000 very long)",
+    )
+    subband_prbs: Annotated[int, Field(ge=1, le=275), NO_BOOL] | None = Field(
+        default=None,
+        description="PRBs per subband, the resolution of the gains and of the schedulers "
+        "(null: TS 38.214's nominal RBG size for the band, Table 6.1.2.2.1-1 configuration 1)",
+    )
+
+    @model_validator(mode="after")
+    def _profile_needs_rayleigh_blocks(self) -> FadingConfig:
+        if self.profile == "flat":
+            for name in ("delay_spread_ns", "subband_prbs"):
+                if getattr(self, name) != FadingConfig.model_fields[name].default:
+                    raise ValueError(f"{name}: only a TDL profile has it (profile is flat)")
+            return self
+        if self.model != "rayleigh" or self.coherence_s is None:
+            raise ValueError(
+                f"profile: {self.profile}'s taps are Rayleigh and hold over blocks: it needs "
+                "model rayleigh and a coherence_s"
+            )
+        return self
+
     @model_validator(mode="after")
     def _doppler_needs_blocks(self) -> FadingConfig:
         if self.doppler_hz is not None and (self.model == "none" or self.coherence_s is None):
@@ -580,6 +611,28 @@ class RadioConfig(_Strict):
                         f"{name}: the over-the-air slot ({self.uplink_aggregation}) is one "
                         "cell's, with its own channel inversion: remove one of them"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _subbands_need_transport_blocks(self) -> RadioConfig:
+        """A frequency-selective channel reaches a rate through one effective SINR per
+        transport block (EESM over its PRBs): the harq link's; the other links' Shannon rates
+        and the over-the-air slot's channel inversion are of one gain over the band."""
+        profile = self.fading.profile
+        if profile == "flat":
+            return self
+        if self.link.model != "harq":
+            raise ValueError(
+                f"fading.profile: {profile} needs link harq (an effective SINR per transport "
+                f"block over its subbands), not {self.link.model}: set link: harq, or profile: flat"
+            )
+        if sionna_tables_folder() is None:
+            raise ValueError(f"fading.profile: {profile}'s taps come from Sionna: {SIONNA_MISSING}")
+        if self.uplink_aggregation != "digital":
+            raise ValueError(
+                f"fading.profile: {profile}: the over-the-air slot ({self.uplink_aggregation}) "
+                "inverts one gain over the band: use profile: flat"
+            )
         return self
 
     @model_validator(mode="after")

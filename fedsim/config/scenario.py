@@ -466,6 +466,9 @@ class Scenario(_Strict):
                     del radio[key]
             if radio["link"].get("sinr_threshold_db", 0) is None:
                 del radio["link"]["sinr_threshold_db"]
+            if radio["fading"]["profile"] == "flat":  # fading flat across the band: as before
+                for key in ("profile", "delay_spread_ns", "subband_prbs"):
+                    del radio["fading"][key]
         return yaml.safe_dump(data, sort_keys=False)
 
 

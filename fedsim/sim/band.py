@@ -15,11 +15,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
+import numpy as np
 import simpy
 
 from fedsim.sim.draws import block_of
 from fedsim.sim.medium import SIMULTANEOUS_REL_TOL, Flow, Medium, TransmissionLost
 from fedsim.sim.scheduler import FlatRates
+from fedsim.sim.selective import SubbandGrid
 
 
 class ChannelLink(Protocol):
@@ -47,6 +49,12 @@ class ChannelLink(Protocol):
 
     def radiating(self, on: bool) -> None:
         """It has a share of the band from now (True, again at each re-plan), or no more."""
+
+    # Frequency-selective fading (a ``ScheduledMedium`` with subbands): the PRBs a scheduler
+    # placed it on per subband, and its rate on each subband alone at a power per PRB.
+    allocation_prbs: np.ndarray | None
+
+    def subband_rates_bps(self, reference_prbs: float) -> np.ndarray: ...
 
 
 class ChannelFlow(Flow):
@@ -295,6 +303,10 @@ class PrbScheduler(Protocol):
 
     def record(self, users: list[int], achieved_bps: list[float]) -> None: ...
 
+    def allocate_subbands(
+        self, users: list[int], subband_rate_bps: np.ndarray, subband_prbs: tuple[int, ...]
+    ) -> np.ndarray: ...
+
 
 class ScheduledMedium(ChannelMedium):
     """A band of ``num_prbs`` PRBs of ``prb_hz`` given to the sending flows by a scheduler at
@@ -306,7 +318,12 @@ class ScheduledMedium(ChannelMedium):
 
     The scheduler sees each flow's rate on m PRBs now: ``power_aware``, the link's rate on
     m PRBs at the power it would send there (its power spreads over them, or power control
-    sets it per PRB); otherwise m / N of its rate on the whole band."""
+    sets it per PRB); otherwise m / N of its rate on the whole band.
+
+    With ``subbands`` (frequency-selective fading) the scheduler places the flows on PRB
+    groups: it sees each flow's rate on each subband alone at a reference power per PRB (its
+    power spread over an equal share of the band, at least a subband, when ``power_aware``;
+    over the whole band otherwise), and a flow's link is told which PRBs it holds."""
 
     def __init__(
         self,
@@ -317,9 +334,11 @@ class ScheduledMedium(ChannelMedium):
         period_s: float,
         user_of: Callable[[ChannelLink], int],
         power_aware: bool = True,
+        subbands: SubbandGrid | None = None,
     ) -> None:
         super().__init__(env, num_prbs * prb_hz, slots=None, split=True)
         self.power_aware = power_aware
+        self.subbands = subbands
         self.num_prbs = num_prbs
         self.prb_hz = prb_hz
         self.scheduler = scheduler
@@ -342,12 +361,33 @@ class ScheduledMedium(ChannelMedium):
             users = [self._user_of(flow.link) for flow in flows]
             if len(set(users)) != len(users):
                 raise ValueError("a scheduled medium serves one flow per user at a time")
-            allocation = self.scheduler.allocate(users, self._rate_on_prbs(flows), self.num_prbs)
+            if self.subbands is None:
+                allocation = self.scheduler.allocate(
+                    users, self._rate_on_prbs(flows), self.num_prbs
+                )
+            else:
+                allocation = self._place(flows, users, self.subbands)
             for flow, prbs in zip(flows, allocation, strict=True):
                 flow.share_hz = prbs * self.prb_hz
                 self._bits_at_period_start.setdefault(flow, flow.bytes_sent() * 8.0)
             self._arm_period()
         self._replan(flows)
+
+    def _place(self, flows: list[ChannelFlow], users: list[int], grid: SubbandGrid) -> list[int]:
+        """Place the flows on the subbands; each flow's link learns its PRBs. Returns the
+        PRBs each flow holds."""
+        if self.power_aware:
+            reference_prbs = max(self.num_prbs / len(flows), max(grid.prbs))
+        else:
+            reference_prbs = float(self.num_prbs)
+        rates = np.array([flow.link.subband_rates_bps(reference_prbs) for flow in flows])
+        placed = self.scheduler.allocate_subbands(users, rates, grid.prbs)
+        held = []
+        for flow, prbs in zip(flows, placed, strict=True):
+            count = int(prbs.sum())
+            flow.link.allocation_prbs = prbs.astype(float) if count else None
+            held.append(count)
+        return held
 
     def _rate_on_prbs(self, flows: list[ChannelFlow]) -> Callable[[int, float], float]:
         """The scheduler's view: flows[i]'s rate on m PRBs now, a what-if (nothing changes)."""

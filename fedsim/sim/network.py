@@ -60,7 +60,7 @@ from fedsim.sim.medium import (
 from fedsim.sim.radio import Radio
 from fedsim.sim.scheduler import UplinkScheduling, make_scheduler, num_prbs, prb_hz
 from fedsim.sim.topology import peer_route
-from fedsim.sim.transmission import RadioLink
+from fedsim.sim.transmission import UPLINK, RadioLink
 
 UPLINK_MEDIA = ("parallel", "tdma", "shared")
 UPLINK_SHARING = ("equal", "fixed", "tdma")
@@ -183,7 +183,7 @@ class Network:
             return ScheduledMedium(
                 self.env, num_prbs(bandwidth_hz, spacing_khz), prb_hz(spacing_khz), scheduler,
                 uplink_sharing.period_s, user_of=lambda link: link.receivers[0],
-                power_aware=uplink_sharing.power_aware,
+                power_aware=uplink_sharing.power_aware, subbands=radio.subband_grid(UPLINK),
             )  # fmt: skip
         if uplink_sharing not in UPLINK_SHARING:
             raise ValueError(f"uplink_sharing must be one of {UPLINK_SHARING}")

@@ -42,7 +42,8 @@ from fedsim.sim.geometry import RandomWaypoint
 from fedsim.sim.link import IdealSettings, LinkModel, LinkSettings
 from fedsim.sim.pathloss import PathLoss, Tr38901, UmiStreetCanyon
 from fedsim.sim.records import LinkStats
-from fedsim.sim.scheduler import open_loop_power_dbm, prb_hz
+from fedsim.sim.scheduler import num_prbs, open_loop_power_dbm, prb_hz
+from fedsim.sim.selective import SelectiveFading, SubbandGrid
 from fedsim.sim.transmission import D2D, DOWNLINK, UPLINK, RadioLink
 
 __all__ = ["D2D", "DOWNLINK", "UPLINK", "Radio", "RadioLink", "RadioSettings"]
@@ -89,6 +90,10 @@ class RadioSettings:
     path_loss: PathLoss | Tr38901 = PathLoss()
     line_of_sight: str = "probability"  # a TR 38.901 law: probability | always | never
     fading: Fading = Fading()
+    # A gain per subband from a TDL profile (``fedsim.sim.selective``) instead of one over the
+    # band; ``fading`` keeps its model and block. ``subband_prbs``: None, the RBG size.
+    selective: SelectiveFading | None = None
+    subband_prbs: int | None = None
     shadowing_db: float = 0.0
     shadowing_coherence_s: float | None = None  # None: one draw per client for the run
     noise_density_dbm_per_hz: float = -174.0
@@ -186,10 +191,34 @@ class Radio:
         self.stats = [LinkStats() for _ in range(len(self.start_positions_m))]
         self.link: LinkModel = settings.link.build()
         self._uplink_usable_hz = self.link.usable_hz(settings.uplink_bandwidth_hz)
+        self._grids = self._subband_grids()
 
     @property
     def num_clients(self) -> int:
         return len(self.start_positions_m)
+
+    def _subband_grids(self) -> dict[int, SubbandGrid]:
+        """Each direction's band cut into subbands (PRB groups) when the fading is frequency
+        selective: the PRBs of the link model's numerology (TS 38.101-1's count)."""
+        settings = self.settings
+        if settings.selective is None:
+            return {}
+        spacing_khz = round(self.link.prb_hz / 12e3)
+        bands_hz = {
+            UPLINK: settings.uplink_bandwidth_hz,
+            DOWNLINK: settings.downlink_bandwidth_hz,
+            D2D: settings.d2d_bandwidth_hz,
+        }
+        return {
+            direction: SubbandGrid.of(
+                num_prbs(bandwidth_hz, spacing_khz), self.link.prb_hz, settings.subband_prbs
+            )
+            for direction, bandwidth_hz in bands_hz.items()
+        }
+
+    def subband_grid(self, direction: int) -> SubbandGrid | None:
+        """The direction's subbands, or None when the fading is flat across the band."""
+        return self._grids.get(direction)
 
     @property
     def num_sites(self) -> int:
@@ -517,8 +546,30 @@ class Radio:
         )
 
     def fading_gain(self, entity: int, direction: int, time_s: float, transmission: int) -> float:
-        block = self.fading_block(time_s) if self.settings.fading.coherence_s else transmission
-        return self.settings.fading.power_gain(self.key, FADING, direction, entity, block)
+        """|h|² over the band (frequency selective: the mean over its PRBs)."""
+        return self.fading_state(entity, direction, time_s, transmission)[0]
+
+    def fading_state(
+        self, entity: int, direction: int, time_s: float, transmission: int
+    ) -> tuple[float, np.ndarray | None]:
+        """The link's fading now: |h|² over the band, and its gain on each subband (None when
+        the fading is flat across the band)."""
+        selective = self.settings.selective
+        if selective is None:
+            block = self.fading_block(time_s) if self.settings.fading.coherence_s else transmission
+            return self.settings.fading.power_gain(self.key, FADING, direction, entity, block), None
+        return self._subband_state(entity, direction, self.fading_block(time_s))
+
+    def _subband_state(self, entity: int, direction: int, block: int) -> tuple[float, np.ndarray]:
+        grid = self._grids[direction]
+        gains = self.settings.selective.gains(self.key, grid, FADING, direction, entity, block)
+        return float(gains @ grid.prb_weights), gains
+
+    def earlier_subband_gains(
+        self, entity: int, direction: int, block: int, age: int
+    ) -> np.ndarray:
+        """The link's subband gains ``age`` blocks before ``block``: a stale estimate's."""
+        return self._subband_state(entity, direction, block - age)[1]
 
     def fading_block(self, time_s: float) -> int:
         """The fading block holding time_s (0 when fading is re-drawn per transmission)."""
@@ -541,6 +592,8 @@ class Radio:
         fading = self.settings.fading
         if fading.model == "none":
             return None
+        if self.settings.selective is not None:
+            return self._subband_state(entity, direction, block - age)[0]
         counter = block - age if fading.coherence_s else transmission - age
         return fading.power_gain(self.key, FADING, direction, entity, counter)
 

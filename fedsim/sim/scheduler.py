@@ -5,11 +5,20 @@ scheduler, once per scheduling period, how to split the physical resource blocks
 the band among the clients that have data, then tells it what each achieved, and sets each
 client's transmit power with :func:`open_loop_power_dbm`.
 
-Fading is flat across the band: a client's achievable rate is the same on every PRB, so a
-scheduler only decides how many PRBs each client gets, not which ones. It sees each
-client's rate as a function of its PRB count (:data:`RateOnPrbs`): a client's transmit power
-spreads over its PRBs, so on a power-limited uplink its rate grows less than linearly with
-them, and PF and max rate give each PRB where it adds the most (:func:`_greedy`).
+Fading is flat across the band, or flat within each subband (a group of PRBs) where the
+caller uses :meth:`Scheduler.allocate_subbands`.
+
+Flat: a client's achievable rate is the same on every PRB, so a scheduler only decides how
+many PRBs each client gets, not which ones. It sees each client's rate as a function of its
+PRB count (:data:`RateOnPrbs`): a client's transmit power spreads over its PRBs, so on a
+power-limited uplink its rate grows less than linearly with them, and PF and max rate give
+each PRB where it adds the most (:func:`_greedy`).
+
+Per subband: the scheduler sees each client's rate on each whole subband (at a reference
+power per PRB) and returns the PRBs each client gets on each subband. PF and max rate give
+each subband whole to its best client, as frequency-domain schedulers do (NR's resource
+allocation type 0 lets a client hold non-contiguous groups); round robin places its counts
+contiguously.
 """
 
 from __future__ import annotations
@@ -111,6 +120,22 @@ class Scheduler(ABC):
         period length). Schedulers without memory of rates ignore it."""
         del users, achieved_bps
 
+    def allocate_subbands(
+        self, users: Sequence[int], subband_rate_bps: np.ndarray, subband_prbs: Sequence[int]
+    ) -> np.ndarray:
+        """PRBs each user gets on each subband: an int array (len(users), len(subband_prbs)),
+        each column summing to ``subband_prbs[s]``.
+
+        ``subband_rate_bps[i, s]``: the i-th user's rate on the whole of subband s now (at a
+        reference power per PRB), >= 0. By default the PRB counts of :meth:`allocate` with
+        each user's mean rate per PRB over the band, placed contiguously in user order from
+        PRB 0: what a scheduler that does not look at the frequency axis does.
+        """
+        rates, prbs = _check_subbands(users, subband_rate_bps, subband_prbs)
+        per_prb_bps = rates.sum(axis=1) / prbs.sum()
+        counts = self.allocate(users, FlatRates(per_prb_bps.tolist()), int(prbs.sum()))
+        return _place_contiguously(np.array(counts), prbs)
+
 
 def _check(users: Sequence[int], num_prbs: int) -> None:
     if not users:
@@ -119,6 +144,58 @@ def _check(users: Sequence[int], num_prbs: int) -> None:
         raise ValueError(f"users must be ascending and distinct: {list(users)}")
     if num_prbs < 1:
         raise ValueError(f"num_prbs must be at least 1, got {num_prbs}")
+
+
+def _check_subbands(
+    users: Sequence[int], subband_rate_bps: np.ndarray, subband_prbs: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rates (float) and PRBs per subband (int) as arrays, once checked."""
+    prbs = np.asarray(subband_prbs)
+    if prbs.ndim != 1 or prbs.size == 0 or prbs.dtype.kind not in "iu" or (prbs < 1).any():
+        raise ValueError(f"subband_prbs must be whole numbers >= 1, got {list(subband_prbs)}")
+    _check(users, int(prbs.sum()))
+    rates = np.asarray(subband_rate_bps, dtype=float)
+    if rates.shape != (len(users), prbs.size):
+        raise ValueError(
+            f"subband_rate_bps must be (users, subbands) = ({len(users)}, {prbs.size}), "
+            f"got {rates.shape}"
+        )
+    if not (rates >= 0.0).all():  # also NaN
+        bad = np.argwhere(~(rates >= 0.0))[0]
+        raise ValueError(
+            f"user {users[bad[0]]}'s rate on subband {bad[1]} is {rates[tuple(bad)]} bit/s"
+        )
+    return rates, prbs
+
+
+def _place_contiguously(counts: np.ndarray, subband_prbs: np.ndarray) -> np.ndarray:
+    """Per-subband PRBs of users holding ``counts`` PRBs each, contiguous in user order from
+    PRB 0: each user's range split over the subbands it overlaps."""
+    user_end = np.cumsum(counts)
+    subband_end = np.cumsum(subband_prbs)
+    overlap = np.minimum(user_end[:, None], subband_end[None, :]) - np.maximum(
+        (user_end - counts)[:, None], (subband_end - subband_prbs)[None, :]
+    )
+    return np.maximum(overlap, 0)
+
+
+def _whole_subbands(
+    rates: np.ndarray, averages_bps: np.ndarray, subband_prbs: np.ndarray
+) -> np.ndarray:
+    """Each subband whole to the user of the highest r[i, s] / T_i (ties: the lowest index),
+    ranked as :func:`_greedy` ranks a PRB: T_i = 0 above every T > 0 (among themselves, by
+    rate) while its rate is positive; a rate of 0 is a metric of 0."""
+    zero = averages_bps <= 0.0
+    metric = np.where(zero[:, None], 0.0, rates / np.where(zero, 1.0, averages_bps)[:, None])
+    infinite = zero[:, None] & (rates > 0.0)
+    winners = np.where(
+        infinite.any(axis=0),
+        np.where(infinite, rates, -1.0).argmax(axis=0),
+        metric.argmax(axis=0),
+    )
+    allocation = np.zeros(rates.shape, dtype=int)
+    allocation[winners, np.arange(rates.shape[1])] = subband_prbs
+    return allocation
 
 
 def _rate(rate_bps: RateOnPrbs, i: int, prbs: float) -> float:
@@ -183,7 +260,8 @@ class RoundRobin(Scheduler):
 
     The cursor is a client id (the first to get a left-over PRB next period, or the next
     higher id if it is no longer active, wrapping to the lowest), so users entering or
-    leaving never leave it undefined.
+    leaving never leave it undefined. Per subband (:meth:`Scheduler.allocate_subbands`): the
+    same counts, each user's PRBs contiguous, in user order from PRB 0.
     """
 
     def __init__(self) -> None:
@@ -222,6 +300,12 @@ class ProportionalFair(Scheduler):
       first metric is about n, where Sionna starts every T at 1 (bps);
     * a T of 0 (a client first seen with rate 0) gives metric +inf for a positive rate, 0
       for a zero rate (Sionna divides as is).
+
+    Per subband (:meth:`allocate_subbands`): each subband whole to its highest rate / T, the
+    frequency-domain PF of ns-3's PfFfMacScheduler (per RBG) and of Lee et al. (INFOCOM 2009)
+    for the uplink, without the latter's contiguity constraint: NR's resource allocation
+    type 0 lets a client hold non-contiguous groups. A user peaking on different subbands
+    than the others gets its peaks: frequency diversity on top of PF's time diversity.
     """
 
     def __init__(self, beta: float = 0.98) -> None:
@@ -243,6 +327,18 @@ class ProportionalFair(Scheduler):
                 self._average_bps[user] = _rate(rate_bps, i, equal_share)
         return _greedy(rate_bps, [self._average_bps[u] for u in users], num_prbs)
 
+    def allocate_subbands(
+        self, users: Sequence[int], subband_rate_bps: np.ndarray, subband_prbs: Sequence[int]
+    ) -> np.ndarray:
+        """Each subband whole to the highest r[u, s] / T(u); a user first seen starts with
+        T = sum_s r[u, s] / n, its rate on 1/n of every subband."""
+        rates, prbs = _check_subbands(users, subband_rate_bps, subband_prbs)
+        n = len(users)
+        for user, first in zip(users, rates.sum(axis=1) / n, strict=True):
+            self._average_bps.setdefault(user, float(first))
+        averages = np.array([self._average_bps[u] for u in users])
+        return _whole_subbands(rates, averages, prbs)
+
     def record(self, users: Sequence[int], achieved_bps: Sequence[float]) -> None:
         """Update T of the active users; one never allocated starts from its achieved rate."""
         for user, rate in zip(users, achieved_bps, strict=True):
@@ -253,11 +349,19 @@ class ProportionalFair(Scheduler):
 class MaxRate(Scheduler):
     """Each PRB to the user whose rate it raises most (ties: the lowest id): the period's
     sum-rate optimum for concave rates, which starves users with a weaker channel. With
-    rates linear in the PRBs, every PRB goes to the highest rate per PRB."""
+    rates linear in the PRBs, every PRB goes to the highest rate per PRB; per subband, each
+    subband to the highest rate on it."""
 
     def allocate(self, users: Sequence[int], rate_bps: RateOnPrbs, num_prbs: int) -> list[int]:
         _check(users, num_prbs)
         return _greedy(rate_bps, [1.0] * len(users), num_prbs)
+
+    def allocate_subbands(
+        self, users: Sequence[int], subband_rate_bps: np.ndarray, subband_prbs: Sequence[int]
+    ) -> np.ndarray:
+        """Each subband whole to the highest rate on it (ties: the lowest id)."""
+        rates, prbs = _check_subbands(users, subband_rate_bps, subband_prbs)
+        return _whole_subbands(rates, np.ones(len(users)), prbs)
 
 
 def make_scheduler(name: str, pf_beta: float = 0.98) -> Scheduler:

@@ -15,8 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from fedsim.sim.medium import TransmissionLost
 from fedsim.sim.records import LinkStats
+from fedsim.sim.selective import SubbandGrid
 
 UPLINK, DOWNLINK, D2D = 0, 1, 2  # direction codes in the hashed draws
 
@@ -47,6 +50,13 @@ class Channel(Protocol):
     def fading_gain(
         self, entity: int, direction: int, time_s: float, transmission: int
     ) -> float: ...
+    def fading_state(
+        self, entity: int, direction: int, time_s: float, transmission: int
+    ) -> tuple[float, np.ndarray | None]: ...
+    def subband_grid(self, direction: int) -> SubbandGrid | None: ...
+    def earlier_subband_gains(
+        self, entity: int, direction: int, block: int, age: int
+    ) -> np.ndarray: ...
     def fading_block(self, time_s: float) -> int: ...
     def earlier_fading_gain(
         self, entity: int, direction: int, block: int, transmission: int, age: int
@@ -100,6 +110,11 @@ class RadioLink:
     _block: int = 0
     _valid_until_s: float = -math.inf
     _fading: dict[int, float] = field(default_factory=dict)
+    # frequency-selective fading: each receiver's p·g/(N0 + I) per Hz on each subband
+    _subband_fading: dict[int, np.ndarray] = field(default_factory=dict)
+    _subband_gain_hz: dict[int, np.ndarray] = field(default_factory=dict)
+    # the PRBs a scheduler placed it on, per subband (None: its share spread over the band)
+    allocation_prbs: np.ndarray | None = None
     # The achievable rate per band share (Hz) while the state holds: a scheduler asks for it
     # at every candidate PRB count of a period.
     _achievable_bps_on: dict[float, float] = field(default_factory=dict)
@@ -140,10 +155,17 @@ class RadioLink:
             noise_w_per_hz += radio.interference_w_per_hz(self.site)
         for receiver in self.receivers:
             entity, _ = self._entity(receiver)
-            fading = radio.fading_gain(entity, self.direction, now, self._transmission[receiver])
+            transmission = self._transmission[receiver]
+            fading, subbands = radio.fading_state(entity, self.direction, now, transmission)
             self._fading[receiver] = fading
-            gain = 10.0 ** (-self._loss_db(receiver) / 10.0) * fading
+            large_scale = 10.0 ** (-self._loss_db(receiver) / 10.0)
+            gain = large_scale * fading
             self._gain_hz[receiver] = self.power_w * gain / noise_w_per_hz
+            if subbands is not None:
+                self._subband_fading[receiver] = subbands
+                self._subband_gain_hz[receiver] = (
+                    self.power_w * large_scale / noise_w_per_hz * subbands
+                )
         self._block = radio.fading_block(now)
         clients = list(self.receivers) + ([self.peer] if self.direction == D2D else [])
         self._valid_until_s = min(radio.next_change_s(c, now) for c in clients)
@@ -155,13 +177,20 @@ class RadioLink:
         state = self._state()
         if self.direction != UPLINK or not self.radio.power_controlled:
             return state
+        scale = self._power_scale(bandwidth_hz, sends=sends)
+        return {receiver: gain_hz * scale for receiver, gain_hz in state.items()}
+
+    def _power_scale(self, bandwidth_hz: float, *, sends: bool = True) -> float:
+        """What power control leaves of the maximum power on bandwidth_hz of the uplink (1
+        without it); ``sends``: the transmitter sends at that power from now."""
+        if self.direction != UPLINK or not self.radio.power_controlled:
+            return 1.0
         [client] = self.receivers
         power_w = self.radio.uplink_power_w(client, bandwidth_hz)
         if sends and power_w != self.tx_power_w:
             self._bank_radiated()  # what it radiated so far at its previous power
             self.tx_power_w = power_w
-        scale = power_w / self.power_w
-        return {receiver: gain_hz * scale for receiver, gain_hz in state.items()}
+        return power_w / self.power_w
 
     def achievable_bps(self, bandwidth_hz: float) -> float:
         """The rate the weakest receiver would get on bandwidth_hz now (a scheduler's metric):

@@ -46,6 +46,7 @@ from fedsim.sim.pathloss import PathLoss, Tr38901, UmiStreetCanyon
 from fedsim.sim.radio import CellSettings, PowerControl, Radio, RadioSettings
 from fedsim.sim.readers import DeviceProfile, read_positions
 from fedsim.sim.scheduler import UplinkScheduling
+from fedsim.sim.selective import SelectiveFading, tdl_profile
 from fedsim.sim.topology import assign_edge_rates, build_graph
 from fedsim.streams import RandomStreams
 
@@ -156,6 +157,8 @@ def radio_settings(config: RadioConfig) -> RadioSettings:
             coherence_s=config.fading.coherence_s,
             doppler_hz=config.fading.doppler_hz,
         ),
+        selective=selective_fading(config),
+        subband_prbs=config.fading.subband_prbs,
         shadowing_db=(1.0 if law.shadowing else 0.0) if standard else config.shadowing_db,
         shadowing_coherence_s=config.shadowing_coherence_s,
         noise_density_dbm_per_hz=config.noise_density_dbm_per_hz,
@@ -171,6 +174,15 @@ def radio_settings(config: RadioConfig) -> RadioSettings:
         speed_mps=config.mobility.speed_mps if config.mobility else None,
         update_s=config.mobility.update_s if config.mobility else 1.0,
     )
+
+
+def selective_fading(config: RadioConfig) -> SelectiveFading | None:
+    """The fading per subband of a TDL profile (None: flat across the band)."""
+    fading = config.fading
+    if fading.profile == "flat":
+        return None
+    profile = tdl_profile(fading.profile, fading.delay_spread_ns * 1e-9)
+    return SelectiveFading(profile, fading.coherence_s, fading.doppler_hz)
 
 
 def layout_radius_m(grid: HexGrid) -> float:

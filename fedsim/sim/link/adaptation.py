@@ -37,6 +37,7 @@ from functools import cache
 import numpy as np
 
 from fedsim.sim.bler import GRID_SNR_DB, BlerCurves, curves_for, snr_step, snr_steps
+from fedsim.sim.link.eesm import eesm_betas, effective_snr
 from fedsim.sim.nr import DATA_RE_PER_PRB, SUBCARRIERS_PER_PRB, code_blocks, transport_block_bits
 from fedsim.sim.records import HarqTally
 
@@ -137,6 +138,9 @@ class Harq:
         self._prb_hz = settings.prb_hz
         self._shapes: dict[int, tuple[Shape, ...]] = {}
         self._floors: dict[int, list[float]] = {}
+        self._thresholds: dict[int, np.ndarray] = {}
+        self._rate_tables: dict[int, np.ndarray] = {}
+        self.betas = np.asarray(eesm_betas(settings.mcs_table))  # per MCS index, for EESM
 
     def shapes(self, prbs: int) -> tuple[Shape, ...]:
         """The transport blocks each MCS (with a curve) makes on ``prbs`` PRBs, highest MCS
@@ -166,11 +170,11 @@ class Harq:
         whole PRB in that fraction of the slots."""
         return min(share_hz / self._prb_hz, 1.0)
 
-    def reaches(self, estimate_db: float, share_hz: float) -> bool:
+    def reaches(self, channel: FlatSnr | SubbandSnr, share_hz: float) -> bool:
         """Whether the lowest MCS meets the target on the share's small blocks at the
-        estimate (over one PRB): below it the transmitter is not scheduled, sends nothing."""
+        channel's estimate: below it the transmitter is not scheduled, sends nothing."""
         prbs, _ = self.allocation(share_hz)
-        return estimate_db - _db(prbs) >= self.shapes(prbs)[-1].threshold_db
+        return channel.reaches(self, prbs)
 
     def offset_db(self, link: int) -> float:
         """The outer loop's offset of the link (none: 0)."""
@@ -183,25 +187,24 @@ class Harq:
         self,
         start_s: float,
         link: int,
-        snr_db: float,
-        estimate_db: float,
+        channel: FlatSnr | SubbandSnr,
         share_hz: float,
         remaining_bits: float,
         until_change_s: float,
         u: float,
     ) -> Period:
-        """The period starting now on ``share_hz`` at ``snr_db`` (over one PRB, the whole
-        power on it; the transmitter picks its MCS at ``estimate_db`` minus the outer loop's
-        offset), given the bits still to deliver and the time until the channel changes: its
-        blocks one by one, drawn from a stream seeded by the uniform ``u``."""
+        """The period starting now on ``share_hz`` over the channel (the transmitter picks
+        its MCS at the channel's estimate minus the outer loop's offset), given the bits
+        still to deliver and the time until the channel changes: its blocks one by one,
+        drawn from a stream seeded by the uniform ``u``."""
         blocks_per_s = self.blocks_per_s(share_hz)
         allocation = self.allocation(share_hz)
-        if not self.reaches(estimate_db, share_hz):  # not reached: nothing sent
+        if not self.reaches(channel, share_hz):  # not reached: nothing sent
             return Period(start_s, None, allocation, blocks_per_s, 0, 0, 0.0, until_change_s)
         fit = until_change_s * blocks_per_s
         capped = fit > MAX_PLANNED_BLOCKS
         blocks = MAX_PLANNED_BLOCKS if capped else max(1, math.floor(fit))
-        trace, first = self._run(link, snr_db, estimate_db, share_hz, remaining_bits, blocks, u)
+        trace, first = self._run(link, channel, share_hz, remaining_bits, blocks, u)
         sent, (_, failed, _, _, delivered) = len(trace), trace[-1]
         if delivered >= remaining_bits:  # it ends in the period
             speed_bps = remaining_bits * blocks_per_s / sent
@@ -218,7 +221,7 @@ class Harq:
         return period
 
     def _run(
-        self, link: int, snr_db: float, estimate_db: float, share_hz: float,
+        self, link: int, channel: FlatSnr | SubbandSnr, share_hz: float,
         remaining_bits: float, blocks: int, u: float,
     ) -> tuple[list[tuple[float, int, int, int, int]], Shape]:  # fmt: skip
         """Up to ``blocks`` blocks one by one, until ``remaining_bits`` are delivered (the
@@ -227,14 +230,9 @@ class Harq:
         feedback. Returns, after each block, (offset, failed, sum of MCS, failed bits,
         delivered bits) so far, and the first block's shape."""
         small, extra = self.allocation(share_hz)
-        # per block size (⌊b⌋, ⌈b⌉ PRBs): its shapes, the thresholds' floors, the SNR's step
-        # on the curves' grid, the estimate over it, its lowest MCS
         sizes = [
-            (shapes, self._floors_of(m), snr_step(snr_db - _db(m)), estimate_db - _db(m),
-             len(shapes) - 1)
-            for m in ((small, small + 1) if extra > 0 else (small,))
-            for shapes in (self.shapes(m),)
-        ]  # fmt: skip
+            channel.blocks_of(self, m) for m in ((small, small + 1) if extra > 0 else (small,))
+        ]
         draw = random.Random(int(u * 2.0**53)).random  # Mersenne Twister: cheap to seed
         bisect_left = bisect.bisect_left
         offset = self.offset_db(link)
@@ -243,12 +241,13 @@ class Harq:
         trace, first = [], None
         for k in range(blocks):
             bigger = int((k + 1) * extra) - int(k * extra) if extra else 0
-            shapes, floors, step, estimate, lowest = sizes[bigger]
-            shape = shapes[min(bisect_left(floors, offset - estimate), lowest)]
+            shapes, floors, shift, failure, lowest = sizes[bigger]
+            picked = min(bisect_left(floors, offset + shift), lowest)
+            shape = shapes[picked]
             if first is None:
                 first = shape
             mcs_sum += shape.mcs
-            if draw() < shape.failure[step]:  # a NACK
+            if draw() < failure[picked]:  # a NACK
                 failed += 1
                 failed_bits += shape.bits
                 offset = min(offset + up_db, OLLA_LIMIT_DB)
@@ -260,7 +259,36 @@ class Harq:
                 break
         return trace, first
 
-    def _floors_of(self, prbs: int) -> list[float]:
+    def subband_rates_bps(self, per_prb_snr: np.ndarray, subband_prbs: np.ndarray) -> np.ndarray:
+        """The rate it delivers on average on each subband alone (``expected_rate_bps``, read
+        on the curves' 0.1 dB grid) at these SNRs per PRB (linear, the power it has on each):
+        a frequency-domain scheduler's metric."""
+        with np.errstate(divide="ignore"):  # an SNR of 0: the grid's bottom
+            steps = snr_steps(10.0 * np.log10(per_prb_snr))
+        rates = np.empty(len(subband_prbs))
+        for prbs in np.unique(subband_prbs):
+            on = subband_prbs == prbs
+            rates[on] = self._rates_on(int(prbs))[steps[on]]
+        return rates
+
+    def _rates_on(self, prbs: int) -> np.ndarray:
+        """``expected_rate_bps`` on ``prbs`` PRBs at each SNR per PRB of the curves' grid."""
+        rates = self._rate_tables.get(prbs)
+        if rates is None:
+            share_hz = prbs * self._prb_hz
+            rates = np.array([self.expected_rate_bps(share_hz, x + _db(prbs)) for x in GRID_SNR_DB])
+            self._rate_tables[prbs] = rates
+        return rates
+
+    def thresholds_db(self, prbs: int) -> np.ndarray:
+        """Each shape's threshold on ``prbs`` PRBs (highest MCS first)."""
+        thresholds = self._thresholds.get(prbs)
+        if thresholds is None:
+            thresholds = np.array([shape.threshold_db for shape in self.shapes(prbs)])
+            self._thresholds[prbs] = thresholds
+        return thresholds
+
+    def floors_of(self, prbs: int) -> list[float]:
         """The negated running minimum of the thresholds on ``prbs`` PRBs: the first (highest)
         MCS whose threshold is at most x is at bisect_left(floors, -x) (else the lowest)."""
         floors = self._floors.get(prbs)
@@ -317,6 +345,72 @@ class OuterLoop(Harq):
 
     def remember(self, link: int, offset_db: float) -> None:
         self.offsets_db[link] = offset_db
+
+
+# What a period's blocks see of the channel, per block size: its shapes (highest MCS first),
+# the floors and shift that pick the MCS at an outer-loop offset (the first index where
+# floors[i] >= offset + shift), each shape's failure probability, and the lowest's index.
+Blocks = tuple[tuple[Shape, ...], list[float], float, list[float], int]
+
+
+@dataclass(frozen=True, slots=True)
+class FlatSnr:
+    """A channel flat across the band: the block's SNR and the transmitter's estimate of it,
+    over one PRB with the whole power on it (a block on m PRBs has 1/m of it on each)."""
+
+    snr_db: float
+    estimate_db: float
+
+    def blocks_of(self, harq: Harq, prbs: int) -> Blocks:
+        shapes = harq.shapes(prbs)
+        step = snr_step(self.snr_db - _db(prbs))
+        failure = [shape.failure[step] for shape in shapes]
+        shift = -(self.estimate_db - _db(prbs))  # the MCS meeting the target at the estimate
+        return shapes, harq.floors_of(prbs), shift, failure, len(shapes) - 1
+
+    def reaches(self, harq: Harq, prbs: int) -> bool:
+        return self.estimate_db - _db(prbs) >= harq.shapes(prbs)[-1].threshold_db
+
+
+@dataclass(frozen=True)
+class SubbandSnr:
+    """A frequency-selective channel: each receiver's SNR per PRB on each subband (linear,
+    the whole power on one PRB), the block's and the estimate's, and the PRBs a block holds
+    on each subband (``weights``). A block on m PRBs has 1/m of the power on each; its
+    effective SNR for an MCS is the EESM over its PRBs with that MCS's β (``eesm``), and a
+    multicast's is its weakest receiver's, MCS by MCS. Flat gains give the flat SNR."""
+
+    snr: tuple[np.ndarray, ...]  # per receiver
+    estimate: tuple[np.ndarray, ...]
+    weights: np.ndarray
+
+    def effective_db(self, harq: Harq, prbs: int, snrs: tuple[np.ndarray, ...]) -> np.ndarray:
+        """Per shape on ``prbs`` PRBs, the effective SNR of its blocks [dB]."""
+        betas = harq.betas[[shape.mcs for shape in harq.shapes(prbs)]]
+        effective = np.min([effective_snr(snr / prbs, self.weights, betas) for snr in snrs], axis=0)
+        with np.errstate(divide="ignore"):
+            return 10.0 * np.log10(effective)
+
+    def blocks_of(self, harq: Harq, prbs: int) -> Blocks:
+        shapes = harq.shapes(prbs)
+        thresholds = harq.thresholds_db(prbs)
+        true_db = self.effective_db(harq, prbs, self.snr)
+        estimate_db = (
+            true_db if self.estimate is self.snr else self.effective_db(harq, prbs, self.estimate)
+        )
+        floors = (-np.minimum.accumulate(thresholds - estimate_db)).tolist()
+        failure = [
+            shape.failure[step] for shape, step in zip(shapes, snr_steps(true_db), strict=True)
+        ]
+        return shapes, floors, 0.0, failure, len(shapes) - 1
+
+    def reaches(self, harq: Harq, prbs: int) -> bool:
+        lowest = harq.shapes(prbs)[-1]
+        effective = min(
+            effective_snr(snr / prbs, self.weights, harq.betas[[lowest.mcs]])[0]
+            for snr in self.estimate
+        )
+        return effective > 0 and 10.0 * math.log10(effective) >= lowest.threshold_db
 
 
 def _db(prbs: int) -> float:

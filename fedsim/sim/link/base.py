@@ -19,6 +19,7 @@ class LinkModel(ABC):
 
     name: ClassVar[str]
     peak_bits_per_hz: float = math.inf  # a cap on the spectral efficiency, if the model has one
+    prb_hz: float = math.nan  # its resource block's width, if it has resource blocks
 
     def usable_hz(self, bandwidth_hz: float) -> float:
         """The part of a carrier of bandwidth_hz that carries data (all of it, unless the

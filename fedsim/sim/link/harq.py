@@ -9,8 +9,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from fedsim.sim.draws import HARQ, hashed_key, hashed_uniform
-from fedsim.sim.link.adaptation import Harq, HarqSettings, OuterLoop, Period
+from fedsim.sim.link.adaptation import FlatSnr, Harq, HarqSettings, OuterLoop, Period, SubbandSnr
 from fedsim.sim.link.base import LinkModel
 from fedsim.sim.medium import TransmissionLost
 from fedsim.sim.records import HarqTally
@@ -35,6 +37,7 @@ class HarqLink(LinkModel):
 
     def __init__(self, settings: HarqSettings) -> None:
         self.settings = settings
+        self.prb_hz = settings.prb_hz
         adaptation = OuterLoop if settings.olla_step_db else Harq
         self.adaptation = {
             UPLINK: adaptation(settings, "uplink"),
@@ -59,7 +62,9 @@ class HarqLink(LinkModel):
         self, radio: Channel, direction: int, receivers: Sequence[int], power_w: float,
         *, peer: int = -1, site: int = 0,
     ) -> RadioLink:  # fmt: skip
-        link = HarqTransmission(radio, direction, list(receivers), power_w, peer, site)
+        selective = radio.subband_grid(direction) is not None
+        kind = SubbandHarqTransmission if selective else HarqTransmission
+        link = kind(radio, direction, list(receivers), power_w, peer, site)
         link.harq = self.adaptation[direction]
         return link
 
@@ -96,23 +101,23 @@ class HarqTransmission(RadioLink):
             and now < min(self._valid_until_s, period.review_s)
             and not self._waiting_since
             and harq.allocation(bandwidth_hz) == period.allocation
+            and self._placed_as_planned()
         ):  # a re-split that keeps its allocation: the same blocks, other slots
             period.rescale(now, harq.blocks_per_s(bandwidth_hz))
             return period.speed_bps
         state = self._powered(bandwidth_hz)
         self.finish()
-        prb_hz = harq.settings.prb_hz
-        weakest, weakest_gain, snr_db, estimate_db = -1, math.inf, 0.0, 0.0
+        weakest, weakest_gain, channels = -1, math.inf, {}
         for receiver in self.receivers:
             if receiver in self.dropped:
                 continue
             gain_hz = state[receiver]
-            snr = 10.0 * math.log10(gain_hz / prb_hz)  # over one PRB, the whole power on it
-            estimate = self._estimate_db(receiver, snr)
-            if harq.reaches(estimate, bandwidth_hz):
+            channel = self._channel(receiver, gain_hz, bandwidth_hz)
+            if harq.reaches(channel, bandwidth_hz):
                 self._waiting_since.pop(receiver, None)
+                channels[receiver] = channel
                 if gain_hz < weakest_gain:
-                    weakest, weakest_gain, snr_db, estimate_db = receiver, gain_hz, snr, estimate
+                    weakest, weakest_gain = receiver, gain_hz
             else:  # the failure is due when next_change_s says (the same sum, to the bit)
                 since = self._waiting_since.setdefault(receiver, now)
                 if now >= since + harq.settings.link_failure_s:
@@ -133,10 +138,24 @@ class HarqTransmission(RadioLink):
         self._periods += 1
         self._period_entity = entity
         self._period = harq.plan(
-            now, entity, snr_db, estimate_db, bandwidth_hz, remaining_bits,
+            now, entity, self._served(channels, weakest), bandwidth_hz, remaining_bits,
             self._valid_until_s - now, u,
         )  # fmt: skip
         return self._period.speed_bps
+
+    def _placed_as_planned(self) -> bool:
+        """Whether the share sits where the period was planned on (flat: anywhere will do)."""
+        return True
+
+    def _channel(self, receiver: int, gain_hz: float, bandwidth_hz: float) -> FlatSnr:
+        """The receiver's channel as the period sees it: its SNR over one PRB (the whole
+        power on it) and the transmitter's estimate of it."""
+        snr_db = 10.0 * math.log10(gain_hz / self.harq.settings.prb_hz)
+        return FlatSnr(snr_db, self._estimate_db(receiver, snr_db))
+
+    def _served(self, channels: dict, weakest: int) -> FlatSnr:
+        """The channel the period's MCS serves: its weakest receiver's (a multicast)."""
+        return channels[weakest]
 
     def _estimate_db(self, receiver: int, snr_db: float) -> float:
         """The SNR the transmitter believes in: the block's own, or that of the block (or the
@@ -194,3 +213,62 @@ class HarqTransmission(RadioLink):
         logged = [] if self.direction == UPLINK else got
         wasted = tally.failed / tally.sent if tally.sent else 0.0
         return Outcome(got, None, wasted, logged, resent_bytes=self.resent_bytes)
+
+
+class SubbandHarqTransmission(HarqTransmission):
+    """A stream of transport blocks over a frequency-selective channel: a block's effective
+    SNR is the EESM over the PRBs it holds (those a scheduler placed it on, or its share
+    spread over the band), MCS by MCS (``adaptation.SubbandSnr``)."""
+
+    _planned_on: np.ndarray | None = None  # the PRBs per subband its period was planned on
+
+    def _placed_as_planned(self) -> bool:
+        placed, planned = self.allocation_prbs, self._planned_on
+        if placed is None or planned is None:
+            return placed is planned
+        return np.array_equal(placed, planned)
+
+    def _channel(self, receiver: int, gain_hz: float, bandwidth_hz: float) -> SubbandSnr:
+        snr = self._subband_snr(receiver, bandwidth_hz)
+        estimate = self._subband_estimate(receiver, snr)
+        self._planned_on = weights = self.allocation_prbs
+        if weights is None:
+            weights = self.radio.subband_grid(self.direction).prbs_array
+        return SubbandSnr((snr,), (estimate,), weights)
+
+    def _subband_snr(self, receiver: int, bandwidth_hz: float) -> np.ndarray:
+        """The receiver's SNR on each subband over one PRB, with the power sent on
+        bandwidth_hz all on that PRB."""
+        scale = self._power_scale(bandwidth_hz, sends=False)
+        return self._subband_gain_hz[receiver] * (scale / self.harq.settings.prb_hz)
+
+    def _subband_estimate(self, receiver: int, snr: np.ndarray) -> np.ndarray:
+        """What the transmitter believes of it: the subbands' gains ``csi_age_blocks`` blocks
+        ago (correlated with today's as the Doppler says), path loss and shadowing as now."""
+        age = self.harq.settings.csi_age_blocks
+        if not age:
+            return snr
+        entity, _ = self._entity(receiver)
+        earlier = self.radio.earlier_subband_gains(entity, self.direction, self._block, age)
+        return snr * (earlier / self._subband_fading[receiver])
+
+    def _served(self, channels: dict, weakest: int) -> SubbandSnr:
+        """Every receiver the lowest MCS reaches: each MCS's effective SNR is the weakest's."""
+        served = list(channels.values())
+        if len(served) == 1:
+            return served[0]
+        return SubbandSnr(
+            tuple(c.snr[0] for c in served), tuple(c.estimate[0] for c in served),
+            served[0].weights,
+        )  # fmt: skip
+
+    def subband_rates_bps(self, reference_prbs: float) -> np.ndarray:
+        """The rate it would get on each subband alone, its power spread over
+        ``reference_prbs`` PRBs, at the CSI it has (``csi_age_blocks`` old): a
+        frequency-domain scheduler's metric (uplink: one receiver)."""
+        self._state()
+        [receiver] = self.receivers
+        snr = self._subband_snr(receiver, reference_prbs * self.harq.settings.prb_hz)
+        per_prb = self._subband_estimate(receiver, snr) / reference_prbs
+        grid = self.radio.subband_grid(self.direction)
+        return self.harq.subband_rates_bps(per_prb, grid.prbs_array)
