@@ -30,6 +30,14 @@ cellular model's cost beside the single equal-split cell) of events/s, of events
 simulated second and of wall time per simulated round. With the radio, events/s says
 little: most of the time goes to re-planning uploads, within few events.
 
+Then what frequency-selective fading costs (issue 43): the ``harq`` variant, and the same
+with its band given by a proportional-fair scheduler every fading block (``harq_pf``), each
+with flat fading and with TR 38.901 TDL-C (300 ns, a gain per RBG of 2 PRBs on the 51 PRBs
+of 20 MHz at 30 kHz; Doppler 5 Hz; ``_tdl``): the subbands' gains per link and block, EESM
+per period and, with PF, a placement of every RBG. Run with ``--selective-clients`` clients
+(default 20,000: 2,000 selected per round), timed alternately like the others; reported:
+wall time per simulated round, TDL-C over flat.
+
 Then what the radio's caches save (issue 38): ``scenarios/multicell.yaml``'s world (70
 walking clients on 7 TR 38.901 UMa cells, a proportional-fair scheduler with open-loop power
 control, harq, other cells' uploads as interference), its first run (FedAvg waiting for all)
@@ -43,7 +51,7 @@ allocations (one per scheduling period of a cell with uploads, and per upload th
 ends).
 
     python -m benchmarks.radio_throughput [--clients 10000] [--rounds 2] [--repeats 3]
-        [--cellular-rounds 1]
+        [--cellular-rounds 1] [--selective-clients 20000] [--only-selective]
 """
 
 from __future__ import annotations
@@ -134,6 +142,70 @@ def counting_radio_work() -> Iterator[dict]:
         mock.patch.object(ChannelMedium, "_replan", counted_replan),
     ):
         yield counts
+
+
+SELECTIVE = {  # issue 43: the lossy link over flat and TDL-C fading, equal shares and PF
+    "harq": {},
+    "harq_tdl": {"profile": "TDL-C"},
+    "harq_pf": {"uplink_sharing": "proportional_fair"},
+    "harq_pf_tdl": {"uplink_sharing": "proportional_fair", "profile": "TDL-C"},
+}
+TDL = {"profile": "TDL-C", "delay_spread_ns": 300, "doppler_hz": 5.0}
+
+
+def selective_scenario(fixed: Scenario, variant: dict) -> Scenario:
+    """The harq radio of ``radio_scenario``, with a PRB scheduler and TDL-C fading if asked."""
+    extra = {key: value for key, value in variant.items() if key != "profile"}
+    if "profile" in variant:
+        extra["fading"] = {**RADIO["fading"], **TDL}
+    else:
+        extra["fading"] = {**RADIO["fading"], "doppler_hz": TDL["doppler_hz"]}
+    return radio_scenario(fixed, "harq", **extra)
+
+
+def compare_selective(clients: int, rounds: int, repeats: int, dataset: str) -> dict:
+    """The four ``SELECTIVE`` variants timed alternately; refuses to report if a variant's
+    runs differ. Ratios: TDL-C over flat, with equal shares and with PF."""
+    fixed = churn_scenario(clients, rounds, dataset)
+    variants = {name: selective_scenario(fixed, extra) for name, extra in SELECTIVE.items()}
+    data = build_dataset(fixed)
+    trainers = build_trainers(fixed, data)
+    references = {name: timing_only_run(sc, data, trainers) for name, sc in variants.items()}
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, sc in variants.items():
+            runs[name].append(timing_only_run(sc, data, trainers))
+            if runs[name][-1]["fingerprint"] != references[name]["fingerprint"]:
+                raise RuntimeError(f"timing-only runs of one seed differ ({name})")
+    rows = []
+    for name, reference in references.items():
+        simulated_s, rounds_done, sent_bytes, wasted_bytes = reference["fingerprint"]
+        loop_s = [r["loop_s"] for r in runs[name]]
+        rows.append({
+            "variant": name,
+            "clients": clients,
+            "rounds": rounds_done,
+            "simulated_s": simulated_s,
+            "participants_per_round": reference["participants_per_round"],
+            "sent_mb": sent_bytes / 1e6,
+            "wasted_mb": wasted_bytes / 1e6,
+            "wall_s": min(loop_s),
+            "wall_s_median": statistics.median(loop_s),
+            "wall_s_runs": loop_s,
+            "wall_s_per_round": min(loop_s) / max(rounds_done, 1),
+        })  # fmt: skip
+    by_name = {row["variant"]: row for row in rows}
+    ratios = [
+        {
+            "ratio": f"{tdl}/{flat}",
+            "wall_s_per_round": (
+                by_name[tdl]["wall_s_per_round"] / by_name[flat]["wall_s_per_round"]
+            ),
+            "median_wall_s": by_name[tdl]["wall_s_median"] / by_name[flat]["wall_s_median"],
+        }
+        for tdl, flat in (("harq_tdl", "harq"), ("harq_pf_tdl", "harq_pf"))
+    ]
+    return {"tdl": TDL, "rows": rows, "ratios": ratios}
 
 
 MULTICELL = REPO / "scenarios" / "multicell.yaml"
@@ -308,6 +380,10 @@ COLUMNS = ("variant", "rounds", "events", "simulated_s", "wall_s", "events_per_s
            "sent_mb", "wasted_mb", "band_wakeups", "fading_changes", "upload_replans")  # fmt: skip
 RATIO_COLUMNS = ("ratio", "events_per_s", "events_per_cpu_s", "events_per_simulated_s",
                  "wall_s_per_round")  # fmt: skip
+SELECTIVE_COLUMNS = ("variant", "clients", "rounds", "simulated_s", "participants_per_round",
+                     "sent_mb", "wasted_mb", "wall_s", "wall_s_median",
+                     "wall_s_per_round")  # fmt: skip
+SELECTIVE_RATIO_COLUMNS = ("ratio", "wall_s_per_round", "median_wall_s")
 CACHE_COLUMNS = ("variant", "period_s", "caches", "rounds", "simulated_s", "sent_mb", "wall_s",
                  "wall_s_median", "loss_computations", "allocations",
                  "losses_per_allocation")  # fmt: skip
@@ -324,15 +400,30 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument(
         "--cellular-rounds", type=int, default=1, help="rounds of each multicell.yaml run"
     )
+    parser.add_argument(
+        "--selective-clients", type=int, default=20_000,
+        help="clients of the frequency-selective comparison (a tenth selected per round)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--only-selective", action="store_true", help="only the frequency-selective comparison"
+    )
     args = parser.parse_args(argv)
     set_threads(args.threads)
-    results = compare(args.clients, args.rounds, args.repeats, args.dataset)
-    results["caches"] = compare_caches(args.cellular_rounds, args.repeats, args.dataset)
+    results = {}
+    if not args.only_selective:
+        results = compare(args.clients, args.rounds, args.repeats, args.dataset)
+        results["caches"] = compare_caches(args.cellular_rounds, args.repeats, args.dataset)
+    results["selective"] = compare_selective(
+        args.selective_clients, args.rounds, args.repeats, args.dataset
+    )
     path = write_results("radio_throughput", results, args.out)
-    print(table(results["rows"], COLUMNS))
-    print(table([results[label] for label in RATIOS], RATIO_COLUMNS))
-    print(table(results["caches"]["rows"], CACHE_COLUMNS))
-    print(table(results["caches"]["ratios"], CACHE_RATIO_COLUMNS))
+    if not args.only_selective:
+        print(table(results["rows"], COLUMNS))
+        print(table([results[label] for label in RATIOS], RATIO_COLUMNS))
+        print(table(results["caches"]["rows"], CACHE_COLUMNS))
+        print(table(results["caches"]["ratios"], CACHE_RATIO_COLUMNS))
+    print(table(results["selective"]["rows"], SELECTIVE_COLUMNS))
+    print(table(results["selective"]["ratios"], SELECTIVE_RATIO_COLUMNS))
     print(f"written: {path}")
     return results
 

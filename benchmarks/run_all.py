@@ -43,7 +43,7 @@ QUICK_ARGS = {
                          "--dataset", "synthetic", "--scenario-rounds", "1"],
     "memory": ["--clients", "10", "--dataset", "synthetic"],
     "radio_throughput": ["--clients", "100", "--rounds", "2", "--repeats", "1",
-                         "--dataset", "synthetic"],
+                         "--dataset", "synthetic", "--selective-clients", "100"],
     "precision": ["--models", "lenet5", "--batch-sizes", "4", "--steps", "1", "--repeats", "1",
                   "--clients", "2", "--matmul-size", "128"],
     "whole_run": ["--batch-sizes", "8", "--rounds", "1", "--num-samples", "400",

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from benchmarks import run_all
+from benchmarks import radio_throughput, run_all
 from tests.conftest import requires_real_data
 
 
@@ -60,6 +60,11 @@ def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
                       "pf_over_pf_per_prb", "cells7_over_radio"):  # fmt: skip
             ratios = results[label]
             assert all(_positive(v) for k, v in ratios.items() if k != "ratio")
+        selective = results["selective"]  # flat and TDL-C, equal shares and PF
+        assert [r["variant"] for r in selective["rows"]] == list(radio_throughput.SELECTIVE)
+        assert all(r["sent_mb"] > 0 and _positive(r["wall_s_per_round"]) for r in selective["rows"])
+        assert [r["ratio"] for r in selective["ratios"]] == ["harq_tdl/harq", "harq_pf_tdl/harq_pf"]
+        assert all(_positive(r["wall_s_per_round"]) for r in selective["ratios"])
         caches = results["caches"]  # multicell.yaml at its period and at 1 ms, caches on/off
         rows = {(r["variant"], r["caches"]): r for r in caches["rows"]}
         assert set(rows) == {(v, c) for v in ("multicell", "multicell_1ms") for c in ("on", "off")}

@@ -175,6 +175,7 @@ class ChannelMedium(Medium):
         share_hz = self.share_hz()
         now = self.env.now
         failed: list[ChannelFlow] = []
+        sent: list[ChannelFlow] = []
         for flow in flows:
             flow._token += 1
             flow._set_speed(0.0)  # bank the bits sent so far
@@ -190,6 +191,9 @@ class ChannelMedium(Medium):
             flow.rate_bps = flow.link.speed_bps(flow_share_hz, flow._remaining_bits())
             if flow.link.failure is not None:  # the radio link failed: the flow with it
                 failed.append(flow)
+                continue
+            if flow.rate_bps <= 0.0 and flow._remaining_bits() <= 0.0:
+                sent.append(flow)  # its last bit left as its channel changed (float noise)
                 continue
             flow.link.radiating(True)
             if flow.link.radiated_w != flow._power_w:
@@ -211,6 +215,8 @@ class ChannelMedium(Medium):
             self._withdraw(flow)
             flow.done.defused = True  # its sender may be cut at this very instant: no waiter
             flow.done.fail(flow.link.failure)
+        if sent:
+            self._end(sent)
         self._arm()
 
     def _arm(self) -> None:
@@ -244,16 +250,20 @@ class ChannelMedium(Medium):
                 later.append(entry)  # a change a hair later: its block has not begun yet
         for entry in later:
             heapq.heappush(agenda, entry)
-        for flow in sorted(ending, key=lambda f: f._seq):
+        if ending:
+            self._end(ending)
+        self._replan(changing)
+
+    def _end(self, flows: list[ChannelFlow]) -> None:
+        """These flows delivered their last bit now: they leave the band."""
+        for flow in sorted(flows, key=lambda f: f._seq):
             del self._sending[flow]
             flow._token += 1
             flow.link.radiating(False)
             flow._finish()
-        if ending:
-            self._fill_slots()
-        if ending and self.split:
+        self._fill_slots()
+        if self.split:
             self._resplit_soon()
-        self._replan(changing)
 
     def _withdraw(self, flow: ChannelFlow) -> float:  # type: ignore[override]
         sent = flow._stop()
