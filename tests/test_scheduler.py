@@ -12,6 +12,7 @@ from fedsim.sim.scheduler import (
     MaxRate,
     ProportionalFair,
     RoundRobin,
+    SubbandRates,
     flat_rates,
     make_scheduler,
     num_prbs,
@@ -372,6 +373,12 @@ def test_open_loop_power_matches_sionna() -> None:
 SUBBAND_PRBS = [4] * 12 + [3]  # 51 PRBs (20 MHz at 30 kHz) in 13 subbands
 
 
+def fixed(rates) -> SubbandRates:
+    """Rates per subband that do not depend on how many a user holds: a fixed power per PRB."""
+    rows = np.asarray(rates, dtype=float)
+    return lambda i, held: rows[i]
+
+
 def _subband_rates(rng: np.random.Generator, users: int, subbands: int = 13) -> np.ndarray:
     """[users, subbands] rate on each whole subband: i.i.d. Rayleigh per subband."""
     return _rayleigh_rates(rng, np.full(users, 10.0), subbands).T * 4
@@ -383,7 +390,7 @@ def test_subband_columns_hold_every_prb(users: int) -> None:
     for scheduler in (RoundRobin(), ProportionalFair(), MaxRate()):
         for _ in range(3):
             allocation = scheduler.allocate_subbands(
-                list(range(users)), _subband_rates(rng, users), SUBBAND_PRBS
+                list(range(users)), fixed(_subband_rates(rng, users)), SUBBAND_PRBS
             )
             assert allocation.shape == (users, 13) and allocation.dtype.kind == "i"
             assert (allocation >= 0).all()
@@ -397,7 +404,7 @@ def test_round_robin_per_subband_places_its_counts_contiguously() -> None:
     for users in ([1, 2, 3], [1, 3], [0, 1, 2, 3], [3], [0, 4], list(range(60)), [0, 1, 2, 4]):
         counts = flat.allocate(users, flat_rates([1.0] * len(users)), 51)
         allocation = per_subband.allocate_subbands(
-            users, _subband_rates(rng, len(users)), SUBBAND_PRBS
+            users, fixed(_subband_rates(rng, len(users))), SUBBAND_PRBS
         )
         assert allocation.sum(axis=1).tolist() == counts  # the rotation carries on alike
         owner = np.repeat(np.arange(len(users)), counts)  # PRB 0..50, user 0 first
@@ -411,25 +418,25 @@ def test_proportional_fair_per_subband_by_hand() -> None:
     prbs = [2, 3, 4, 1]
     # First seen: T = row sum / 3 = 7/3, 8/3, 14.5/3; r / T per subband:
     # [1.71 0.43 0.86 0], [0.75 1.13 0.75 0.38], [0.21 0.72 1.24 0.83]
-    allocation = scheduler.allocate_subbands([2, 5, 7], rates, prbs)
+    allocation = scheduler.allocate_subbands([2, 5, 7], fixed(rates), prbs)
     np.testing.assert_allclose(
         [scheduler.average_bps[u] for u in (2, 5, 7)], rates.sum(axis=1) / 3, rtol=1e-15
     )
     np.testing.assert_array_equal(allocation, [[2, 0, 0, 0], [0, 3, 0, 0], [0, 0, 4, 1]])
     # max rate gives subband 1 to the third user (3.5 > 3), PF to the second
     np.testing.assert_array_equal(
-        MaxRate().allocate_subbands([2, 5, 7], rates, prbs),
+        MaxRate().allocate_subbands([2, 5, 7], fixed(rates), prbs),
         [[2, 0, 0, 0], [0, 0, 0, 0], [0, 3, 4, 1]],
     )
 
 
 def test_proportional_fair_per_subband_zero_average_and_ties() -> None:
     scheduler = ProportionalFair()
-    scheduler.allocate_subbands([1, 3], np.array([[0.0, 0.0], [5.0, 5.0]]), [2, 2])
+    scheduler.allocate_subbands([1, 3], fixed([[0.0, 0.0], [5.0, 5.0]]), [2, 2])
     assert scheduler.average_bps[1] == 0.0  # first seen at rate 0: T = 0
-    allocation = scheduler.allocate_subbands([1, 3], np.array([[0.1, 0.0], [5.0, 5.0]]), [2, 2])
+    allocation = scheduler.allocate_subbands([1, 3], fixed([[0.1, 0.0], [5.0, 5.0]]), [2, 2])
     np.testing.assert_array_equal(allocation, [[2, 0], [0, 2]])  # 0.1 / 0: +inf; 0 / 0: 0
-    tied = ProportionalFair().allocate_subbands([4, 6], np.ones((2, 3)), [1, 1, 1])
+    tied = ProportionalFair().allocate_subbands([4, 6], fixed(np.ones((2, 3))), [1, 1, 1])
     np.testing.assert_array_equal(tied, [[1, 1, 1], [0, 0, 0]])  # ties: the lowest id
 
 
@@ -437,7 +444,7 @@ def test_proportional_fair_per_subband_gives_each_user_its_peaks() -> None:
     rates = np.ones((4, 8))
     for u in range(4):
         rates[u, 2 * u : 2 * u + 2] = 10.0  # equal sums: equal T
-    allocation = ProportionalFair().allocate_subbands([0, 1, 2, 3], rates, [3] * 8)
+    allocation = ProportionalFair().allocate_subbands([0, 1, 2, 3], fixed(rates), [3] * 8)
     np.testing.assert_array_equal(allocation, 3 * (rates == 10.0))
 
 
@@ -450,7 +457,7 @@ def test_proportional_fair_per_subband_is_fair_in_the_long_run() -> None:
     held = np.zeros(n)
     for _ in range(periods):
         rates = _subband_rates(rng, n)
-        allocation = scheduler.allocate_subbands(users, rates, SUBBAND_PRBS)
+        allocation = scheduler.allocate_subbands(users, fixed(rates), SUBBAND_PRBS)
         held += (allocation > 0).sum(axis=1)
         scheduler.record(users, list((rates * allocation / prbs).sum(axis=1)))
     np.testing.assert_allclose(held / (13 * periods), 1.0 / n, atol=0.02)
@@ -459,7 +466,7 @@ def test_proportional_fair_per_subband_is_fair_in_the_long_run() -> None:
 def test_max_rate_per_subband_picks_each_column_maximum() -> None:
     rng = np.random.default_rng(9)
     rates = rng.integers(0, 4, size=(6, 13)).astype(float)  # small integers: many ties
-    allocation = MaxRate().allocate_subbands([0, 2, 3, 5, 8, 9], rates, SUBBAND_PRBS)
+    allocation = MaxRate().allocate_subbands([0, 2, 3, 5, 8, 9], fixed(rates), SUBBAND_PRBS)
     owners = allocation.argmax(axis=0)
     np.testing.assert_array_equal(owners, rates.argmax(axis=0))  # first maximum: lowest id
     np.testing.assert_array_equal(allocation[owners, np.arange(13)], SUBBAND_PRBS)
@@ -471,24 +478,39 @@ def test_per_subband_scales_to_thousands_of_users() -> None:
     rates = _subband_rates(rng, len(users))
     for scheduler in (RoundRobin(), ProportionalFair(), MaxRate()):
         for _ in range(3):
-            allocation = scheduler.allocate_subbands(users, rates, SUBBAND_PRBS)
+            allocation = scheduler.allocate_subbands(users, fixed(rates), SUBBAND_PRBS)
             assert allocation.sum(axis=0).tolist() == SUBBAND_PRBS
+
+
+def test_a_power_limited_user_takes_no_more_subbands_than_it_gains_from() -> None:
+    """User 0's power is all it has: spread over k subbands, each carries 10/k (its rate stays
+    10 however many it holds), while user 1 gets 3 on each whatever it holds. The first
+    subband goes to user 0; a second would add 10/2 + (5 − 10) = 0 to it and 3 to user 1, so
+    user 1 takes the rest (a per-subband metric alone would give user 0 everything)."""
+
+    def rates_of(i: int, held: int) -> np.ndarray:
+        return np.full(4, 10.0 / held) if i == 0 else np.full(4, 3.0)
+
+    for scheduler in (MaxRate(), ProportionalFair()):
+        allocation = scheduler.allocate_subbands([0, 1], rates_of, [2, 2, 2, 2])
+        np.testing.assert_array_equal(allocation, [[2, 0, 0, 0], [0, 2, 2, 2]])
 
 
 def test_allocate_subbands_checks_its_inputs() -> None:
     rates = np.ones((2, 3))
     for scheduler in (RoundRobin(), ProportionalFair(), MaxRate()):
         with pytest.raises(ValueError, match="ascending"):
-            scheduler.allocate_subbands([2, 1], rates, [1, 2, 3])
+            scheduler.allocate_subbands([2, 1], fixed(rates), [1, 2, 3])
         with pytest.raises(ValueError, match="no users"):
-            scheduler.allocate_subbands([], np.ones((0, 3)), [1, 2, 3])
-        with pytest.raises(ValueError, match="must be \\(users, subbands\\)"):
-            scheduler.allocate_subbands([1, 2], rates.T, [1, 2, 3])
+            scheduler.allocate_subbands([], fixed(np.ones((0, 3))), [1, 2, 3])
         for bad_prbs in ([1, 0, 3], [1.0, 2.0, 3.0], []):
             with pytest.raises(ValueError, match="subband_prbs"):
-                scheduler.allocate_subbands([1, 2], rates, bad_prbs)
+                scheduler.allocate_subbands([1, 2], fixed(rates), bad_prbs)
+    for scheduler in (ProportionalFair(), MaxRate()):  # round robin never asks the rates
+        with pytest.raises(ValueError, match="one per subband"):
+            scheduler.allocate_subbands([1, 2], fixed(rates.T), [1, 2, 3])
         for bad in (-1.0, math.nan):
             wrong = rates.copy()
             wrong[1, 2] = bad
             with pytest.raises(ValueError, match="user 2's rate on subband 2"):
-                scheduler.allocate_subbands([1, 2], wrong, [1, 2, 3])
+                scheduler.allocate_subbands([1, 2], fixed(wrong), [1, 2, 3])

@@ -314,7 +314,10 @@ class PrbScheduler(Protocol):
     def record(self, users: list[int], achieved_bps: list[float]) -> None: ...
 
     def allocate_subbands(
-        self, users: list[int], subband_rate_bps: np.ndarray, subband_prbs: tuple[int, ...]
+        self,
+        users: list[int],
+        rates_of: Callable[[int, int], np.ndarray],
+        subband_prbs: tuple[int, ...],
     ) -> np.ndarray: ...
 
 
@@ -331,9 +334,9 @@ class ScheduledMedium(ChannelMedium):
     sets it per PRB); otherwise m / N of its rate on the whole band.
 
     With ``subbands`` (frequency-selective fading) the scheduler places the flows on PRB
-    groups: it sees each flow's rate on each subband alone at a reference power per PRB (its
-    power spread over an equal share of the band, at least a subband, when ``power_aware``;
-    over the whole band otherwise), and a flow's link is told which PRBs it holds."""
+    groups: it sees each flow's rate on each subband alone, its power spread over the
+    subbands it would hold (``power_aware``) or over the whole band, and a flow's link is
+    told which PRBs it holds."""
 
     def __init__(
         self,
@@ -385,13 +388,15 @@ class ScheduledMedium(ChannelMedium):
 
     def _place(self, flows: list[ChannelFlow], users: list[int], grid: SubbandGrid) -> list[int]:
         """Place the flows on the subbands; each flow's link learns its PRBs. Returns the
-        PRBs each flow holds."""
-        if self.power_aware:
-            reference_prbs = max(self.num_prbs / len(flows), max(grid.prbs))
-        else:
-            reference_prbs = float(self.num_prbs)
-        rates = np.array([flow.link.subband_rates_bps(reference_prbs) for flow in flows])
-        placed = self.scheduler.allocate_subbands(users, rates, grid.prbs)
+        PRBs each flow holds. The scheduler sees a flow's rate on each subband with its power
+        spread over the k subbands it would hold (``power_aware``), or over the whole band."""
+        group_prbs = max(grid.prbs)
+
+        def rates_of(i: int, held: int) -> np.ndarray:
+            spread_prbs = held * group_prbs if self.power_aware else self.num_prbs
+            return flows[i].link.subband_rates_bps(min(spread_prbs, self.num_prbs))
+
+        placed = self.scheduler.allocate_subbands(users, rates_of, grid.prbs)
         held = []
         for flow, prbs in zip(flows, placed, strict=True):
             count = int(prbs.sum())

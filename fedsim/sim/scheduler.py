@@ -88,6 +88,11 @@ RateOnPrbs = Callable[[int, float], float]
 non-decreasing in m. ``m`` may be fractional (an equal share)."""
 
 
+SubbandRates = Callable[[int, int], np.ndarray]
+"""rates_of(i, k): what the i-th user could send at now on each whole subband [bit/s], when it
+holds k subbands (its power spread over them); >= 0."""
+
+
 class FlatRates:
     """Rates proportional to the PRBs: a fixed power per PRB, Sionna's schedulers' view.
     A PRB adds exactly ``rate_per_prb_bps[i]`` (so ties stay exact ties)."""
@@ -121,19 +126,24 @@ class Scheduler(ABC):
         del users, achieved_bps
 
     def allocate_subbands(
-        self, users: Sequence[int], subband_rate_bps: np.ndarray, subband_prbs: Sequence[int]
+        self, users: Sequence[int], rates_of: SubbandRates, subband_prbs: Sequence[int]
     ) -> np.ndarray:
         """PRBs each user gets on each subband: an int array (len(users), len(subband_prbs)),
         each column summing to ``subband_prbs[s]``.
 
-        ``subband_rate_bps[i, s]``: the i-th user's rate on the whole of subband s now (at a
-        reference power per PRB), >= 0. By default the PRB counts of :meth:`allocate` with
-        each user's mean rate per PRB over the band, placed contiguously in user order from
-        PRB 0: what a scheduler that does not look at the frequency axis does.
+        ``rates_of(i, k)``: the i-th user's rate on each whole subband now when it holds k
+        subbands (its power spread over them), >= 0. By default the PRB counts of
+        :meth:`allocate` with each user's rate per PRB on one subband's worth, placed
+        contiguously in user order from PRB 0: what a scheduler that does not look at the
+        frequency axis does (the rates are asked only if it looks at them).
         """
-        rates, prbs = _check_subbands(users, subband_rate_bps, subband_prbs)
-        per_prb_bps = rates.sum(axis=1) / prbs.sum()
-        counts = self.allocate(users, FlatRates(per_prb_bps.tolist()), int(prbs.sum()))
+        rates, prbs = _check_subbands(users, rates_of, subband_prbs)
+        total = int(prbs.sum())
+
+        def on_prbs(i: int, m: float) -> float:
+            return float(rates(i, 1).sum()) / total * m
+
+        counts = self.allocate(users, on_prbs, total)
         return _place_contiguously(np.array(counts), prbs)
 
 
@@ -147,24 +157,31 @@ def _check(users: Sequence[int], num_prbs: int) -> None:
 
 
 def _check_subbands(
-    users: Sequence[int], subband_rate_bps: np.ndarray, subband_prbs: Sequence[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The rates (float) and PRBs per subband (int) as arrays, once checked."""
+    users: Sequence[int], rates_of: SubbandRates, subband_prbs: Sequence[int]
+) -> tuple[SubbandRates, np.ndarray]:
+    """The PRBs per subband as an int array, once checked, and the rates checked as asked
+    (each row once: a scheduler asks for some only)."""
     prbs = np.asarray(subband_prbs)
     if prbs.ndim != 1 or prbs.size == 0 or prbs.dtype.kind not in "iu" or (prbs < 1).any():
         raise ValueError(f"subband_prbs must be whole numbers >= 1, got {list(subband_prbs)}")
     _check(users, int(prbs.sum()))
-    rates = np.asarray(subband_rate_bps, dtype=float)
-    if rates.shape != (len(users), prbs.size):
-        raise ValueError(
-            f"subband_rate_bps must be (users, subbands) = ({len(users)}, {prbs.size}), "
-            f"got {rates.shape}"
-        )
-    if not (rates >= 0.0).all():  # also NaN
-        bad = np.argwhere(~(rates >= 0.0))[0]
-        raise ValueError(
-            f"user {users[bad[0]]}'s rate on subband {bad[1]} is {rates[tuple(bad)]} bit/s"
-        )
+    checked: dict[tuple[int, int], np.ndarray] = {}
+
+    def rates(i: int, held: int) -> np.ndarray:
+        row = checked.get((i, held))
+        if row is None:
+            row = np.asarray(rates_of(i, held), dtype=float)
+            if row.shape != prbs.shape:
+                raise ValueError(
+                    f"user {users[i]}'s rates must be one per subband ({prbs.size}), "
+                    f"got shape {row.shape}"
+                )
+            if not (row >= 0.0).all():  # also NaN
+                bad = int(np.argmax(~(row >= 0.0)))
+                raise ValueError(f"user {users[i]}'s rate on subband {bad} is {row[bad]} bit/s")
+            checked[i, held] = row
+        return row
+
     return rates, prbs
 
 
@@ -179,23 +196,36 @@ def _place_contiguously(counts: np.ndarray, subband_prbs: np.ndarray) -> np.ndar
     return np.maximum(overlap, 0)
 
 
-def _whole_subbands(
-    rates: np.ndarray, averages_bps: np.ndarray, subband_prbs: np.ndarray
+def _greedy_subbands(
+    rates_of: SubbandRates, averages_bps: np.ndarray, subband_prbs: np.ndarray
 ) -> np.ndarray:
-    """Each subband whole to the user of the highest r[i, s] / T_i (ties: the lowest index),
-    ranked as :func:`_greedy` ranks a PRB: T_i = 0 above every T > 0 (among themselves, by
-    rate) while its rate is positive; a rate of 0 is a metric of 0."""
+    """Each subband in turn to the (user, subband) pair whose R_i / T_i it raises most, as
+    :func:`_greedy` does PRB by PRB; every subband is given. R_i(A) = Σ_{s∈A} r_i,s(|A|):
+    a user's power spreads over the subbands it holds, so a subband it adds also lowers its
+    rate on those it had (the loss term), and a power-limited user stops taking subbands
+    that another uses better. T_i = 0 ranks above every T > 0 (among themselves, by the
+    marginal rate) while the subband adds a positive rate; ties: the lowest index."""
+    n, count = len(averages_bps), len(subband_prbs)
+    held = np.zeros((n, count), dtype=bool)
+    taken = np.zeros(count, dtype=bool)
+    marginal = np.array([rates_of(i, 1) for i in range(n)])
     zero = averages_bps <= 0.0
-    metric = np.where(zero[:, None], 0.0, rates / np.where(zero, 1.0, averages_bps)[:, None])
-    infinite = zero[:, None] & (rates > 0.0)
-    winners = np.where(
-        infinite.any(axis=0),
-        np.where(infinite, rates, -1.0).argmax(axis=0),
-        metric.argmax(axis=0),
-    )
-    allocation = np.zeros(rates.shape, dtype=int)
-    allocation[winners, np.arange(rates.shape[1])] = subband_prbs
-    return allocation
+    for _ in range(count):
+        gain = np.where(taken[None, :], -np.inf, marginal)
+        infinite = zero[:, None] & (gain > 0.0)
+        if infinite.any():
+            scores = np.where(infinite, gain, -np.inf)
+        else:
+            scores = np.where(
+                zero[:, None], -np.inf, gain / np.where(zero, 1.0, averages_bps)[:, None]
+            )
+            scores = np.where(taken[None, :], -np.inf, scores)
+        i, s = np.unravel_index(int(np.argmax(scores)), scores.shape)
+        held[i, s] = taken[s] = True
+        k = int(held[i].sum())
+        now, after = rates_of(i, k), rates_of(i, k + 1)
+        marginal[i] = after + float((after - now)[held[i]].sum())
+    return np.where(held, subband_prbs[None, :], 0)
 
 
 def _rate(rate_bps: RateOnPrbs, i: int, prbs: float) -> float:
@@ -328,16 +358,19 @@ class ProportionalFair(Scheduler):
         return _greedy(rate_bps, [self._average_bps[u] for u in users], num_prbs)
 
     def allocate_subbands(
-        self, users: Sequence[int], subband_rate_bps: np.ndarray, subband_prbs: Sequence[int]
+        self, users: Sequence[int], rates_of: SubbandRates, subband_prbs: Sequence[int]
     ) -> np.ndarray:
-        """Each subband whole to the highest r[u, s] / T(u); a user first seen starts with
-        T = sum_s r[u, s] / n, its rate on 1/n of every subband."""
-        rates, prbs = _check_subbands(users, subband_rate_bps, subband_prbs)
+        """Subband by subband to the largest gain in R(u) / T(u) (:func:`_greedy_subbands`);
+        a user first seen starts with T = its rate on 1/n of every subband, its power
+        spread over an equal share (S/n subbands, at least one)."""
+        rates, prbs = _check_subbands(users, rates_of, subband_prbs)
         n = len(users)
-        for user, first in zip(users, rates.sum(axis=1) / n, strict=True):
-            self._average_bps.setdefault(user, float(first))
+        equal_share = max(1, round(len(prbs) / n))
+        for i, user in enumerate(users):
+            if user not in self._average_bps:
+                self._average_bps[user] = float(rates(i, equal_share).sum()) / n
         averages = np.array([self._average_bps[u] for u in users])
-        return _whole_subbands(rates, averages, prbs)
+        return _greedy_subbands(rates, averages, prbs)
 
     def record(self, users: Sequence[int], achieved_bps: Sequence[float]) -> None:
         """Update T of the active users; one never allocated starts from its achieved rate."""
@@ -357,11 +390,11 @@ class MaxRate(Scheduler):
         return _greedy(rate_bps, [1.0] * len(users), num_prbs)
 
     def allocate_subbands(
-        self, users: Sequence[int], subband_rate_bps: np.ndarray, subband_prbs: Sequence[int]
+        self, users: Sequence[int], rates_of: SubbandRates, subband_prbs: Sequence[int]
     ) -> np.ndarray:
-        """Each subband whole to the highest rate on it (ties: the lowest id)."""
-        rates, prbs = _check_subbands(users, subband_rate_bps, subband_prbs)
-        return _whole_subbands(rates, np.ones(len(users)), prbs)
+        """Subband by subband to the largest gain in the sum rate (ties: the lowest id)."""
+        rates, prbs = _check_subbands(users, rates_of, subband_prbs)
+        return _greedy_subbands(rates, np.ones(len(users)), prbs)
 
 
 def make_scheduler(name: str, pf_beta: float = 0.98) -> Scheduler:
