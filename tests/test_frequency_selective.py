@@ -62,7 +62,7 @@ def test_a_block_over_unequal_subbands_is_decoded_at_its_eesm_snr_not_the_mean()
     snr = np.where(np.arange(12) < 6, 10**1.8, 10**0.8)  # over one PRB, all power on it
     channel = SubbandSnr((snr,), (snr,), weights)
     shapes = harq.shapes(24)
-    effective_db = channel.effective_db(harq, 24, channel.snr)
+    effective_db = channel.effective_db(harq, 24, estimate=False)
     betas = np.asarray(eesm_betas("64qam"))[[s.mcs for s in shapes]]
     by_hand = 10 * np.log10(effective_snr(snr / 24, weights, betas))
     np.testing.assert_allclose(effective_db, by_hand, rtol=1e-12)

@@ -4,10 +4,11 @@ A client at distance d from the base station (at the origin) sees a channel powe
 g = 10^(-(PL(d) + X)/10) · |h|², with PL a path-loss law, X log-normal shadowing (dB) and
 |h|² small-scale fading (none, Rayleigh, Rician K), block fading re-drawn every
 ``coherence_s`` (or at every transmission); with a TR 38.901 TDL profile, a gain per subband
-of the band instead (``fedsim.sim.selective``), whose PRB mean is |h|². On a band share of b Hz, with transmit power p
-and noise density N0 (times the receiver's noise figure F: the base station's on the uplink,
-the device's on the downlink and D2D), the SNR is p·g / (F·N0·b): the noise scales with the
-share, so a rate is not linear in its share of the band.
+of the band instead (``fedsim.sim.selective``), whose PRB mean is |h|². On a band share of
+b Hz, with transmit power p and noise density N0 (times the receiver's noise figure F: the
+base station's on the uplink, the device's on the downlink and D2D), the SNR is
+p·g / (F·N0·b): the noise scales with the share, so a rate is not linear in its share of
+the band.
 
 Every random draw after the start is *counter based*: the fading of client c's uplink in
 block k is a hash of (seed, c, uplink, k), not the next number of a stream. Draws are made

@@ -37,7 +37,7 @@ from functools import cache
 import numpy as np
 
 from fedsim.sim.bler import GRID_SNR_DB, BlerCurves, curves_for, snr_step, snr_steps
-from fedsim.sim.link.eesm import eesm_betas, effective_snr
+from fedsim.sim.link.eesm import eesm, eesm_betas
 from fedsim.sim.nr import DATA_RE_PER_PRB, SUBCARRIERS_PER_PRB, code_blocks, transport_block_bits
 from fedsim.sim.records import HarqTally
 
@@ -140,6 +140,8 @@ class Harq:
         self._floors: dict[int, list[float]] = {}
         self._thresholds: dict[int, np.ndarray] = {}
         self._rate_tables: dict[int, np.ndarray] = {}
+        self._betas: dict[int, np.ndarray] = {}
+        self._failure_tables: dict[int, np.ndarray] = {}
         self.betas = np.asarray(eesm_betas(settings.mcs_table))  # per MCS index, for EESM
 
     def shapes(self, prbs: int) -> tuple[Shape, ...]:
@@ -280,6 +282,22 @@ class Harq:
             self._rate_tables[prbs] = rates
         return rates
 
+    def betas_of(self, prbs: int) -> np.ndarray:
+        """EESM's β of each shape on ``prbs`` PRBs (highest MCS first)."""
+        betas = self._betas.get(prbs)
+        if betas is None:
+            betas = self._betas[prbs] = self.betas[[shape.mcs for shape in self.shapes(prbs)]]
+        return betas
+
+    def failure_table(self, prbs: int) -> np.ndarray:
+        """Each shape's failure probability on ``prbs`` PRBs (rows, highest MCS first) at
+        each SNR of the curves' grid (columns)."""
+        table = self._failure_tables.get(prbs)
+        if table is None:
+            table = np.array([shape.failure for shape in self.shapes(prbs)])
+            self._failure_tables[prbs] = table
+        return table
+
     def thresholds_db(self, prbs: int) -> np.ndarray:
         """Each shape's threshold on ``prbs`` PRBs (highest MCS first)."""
         thresholds = self._thresholds.get(prbs)
@@ -383,34 +401,37 @@ class SubbandSnr:
     snr: tuple[np.ndarray, ...]  # per receiver
     estimate: tuple[np.ndarray, ...]
     weights: np.ndarray
+    _effective_db: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def effective_db(self, harq: Harq, prbs: int, snrs: tuple[np.ndarray, ...]) -> np.ndarray:
-        """Per shape on ``prbs`` PRBs, the effective SNR of its blocks [dB]."""
-        betas = harq.betas[[shape.mcs for shape in harq.shapes(prbs)]]
-        effective = np.min([effective_snr(snr / prbs, self.weights, betas) for snr in snrs], axis=0)
-        with np.errstate(divide="ignore"):
-            return 10.0 * np.log10(effective)
+    def effective_db(self, harq: Harq, prbs: int, *, estimate: bool) -> np.ndarray:
+        """Per shape on ``prbs`` PRBs (highest MCS first), the effective SNR of its blocks
+        [dB] on the channel (or at the estimate), computed once per period."""
+        if estimate and self.estimate is self.snr:
+            estimate = False  # perfect CSI: the same numbers
+        key = (prbs, estimate)
+        effective_db = self._effective_db.get(key)
+        if effective_db is None:
+            betas = harq.betas_of(prbs)
+            snrs = self.estimate if estimate else self.snr
+            effective = eesm(snrs[0] / prbs, self.weights, betas)
+            for snr in snrs[1:]:
+                effective = np.minimum(effective, eesm(snr / prbs, self.weights, betas))
+            with np.errstate(divide="ignore"):  # an SNR of 0: -inf dB, below every threshold
+                effective_db = self._effective_db[key] = 10.0 * np.log10(effective)
+        return effective_db
 
     def blocks_of(self, harq: Harq, prbs: int) -> Blocks:
         shapes = harq.shapes(prbs)
-        thresholds = harq.thresholds_db(prbs)
-        true_db = self.effective_db(harq, prbs, self.snr)
-        estimate_db = (
-            true_db if self.estimate is self.snr else self.effective_db(harq, prbs, self.estimate)
-        )
-        floors = (-np.minimum.accumulate(thresholds - estimate_db)).tolist()
-        failure = [
-            shape.failure[step] for shape, step in zip(shapes, snr_steps(true_db), strict=True)
-        ]
+        true_db = self.effective_db(harq, prbs, estimate=False)
+        estimate_db = self.effective_db(harq, prbs, estimate=True)
+        floors = (-np.minimum.accumulate(harq.thresholds_db(prbs) - estimate_db)).tolist()
+        table = harq.failure_table(prbs)
+        failure = table[np.arange(len(shapes)), snr_steps(true_db)].tolist()
         return shapes, floors, 0.0, failure, len(shapes) - 1
 
     def reaches(self, harq: Harq, prbs: int) -> bool:
         lowest = harq.shapes(prbs)[-1]
-        effective = min(
-            effective_snr(snr / prbs, self.weights, harq.betas[[lowest.mcs]])[0]
-            for snr in self.estimate
-        )
-        return effective > 0 and 10.0 * math.log10(effective) >= lowest.threshold_db
+        return bool(self.effective_db(harq, prbs, estimate=True)[-1] >= lowest.threshold_db)
 
 
 def _db(prbs: int) -> float:

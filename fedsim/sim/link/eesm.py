@@ -75,8 +75,15 @@ def effective_snr(snr: np.ndarray, weights: np.ndarray, betas: np.ndarray) -> np
         raise ValueError(f"weights must be >= 0 and not all 0, got {weights}")
     if not (betas > 0).all():
         raise ValueError(f"betas must be > 0, got {betas}")
-    held = weights > 0
-    snr, weights = snr[held], weights[held]
+    return eesm(snr, weights, betas)
+
+
+def eesm(snr: np.ndarray, weights: np.ndarray, betas: np.ndarray) -> np.ndarray:
+    """``effective_snr`` without its checks: the link layer's per-period call, whose inputs
+    are the channel's own (float arrays, SNRs finite and >= 0, weights a PRB placement)."""
+    if not weights.all():
+        held = weights > 0
+        snr, weights = snr[held], weights[held]
     least = snr.min()
-    terms = np.expm1(-(snr - least)[None, :] / betas[:, None])  # (M, S'), in (-1, 0]
+    terms = np.expm1((least - snr)[None, :] / betas[:, None])  # (M, S'), in (-1, 0]
     return least - betas * np.log1p(terms @ weights / weights.sum())

@@ -222,6 +222,11 @@ class SubbandHarqTransmission(HarqTransmission):
 
     _planned_on: np.ndarray | None = None  # the PRBs per subband its period was planned on
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # per receiver: (its subband gains, (power scale, placement), the channel on them)
+        self._channels: dict[int, tuple[np.ndarray, tuple, SubbandSnr]] = {}
+
     def _placed_as_planned(self) -> bool:
         placed, planned = self.allocation_prbs, self._planned_on
         if placed is None or planned is None:
@@ -229,12 +234,22 @@ class SubbandHarqTransmission(HarqTransmission):
         return np.array_equal(placed, planned)
 
     def _channel(self, receiver: int, gain_hz: float, bandwidth_hz: float) -> SubbandSnr:
-        snr = self._subband_snr(receiver, bandwidth_hz)
-        estimate = self._subband_estimate(receiver, snr)
+        """The receiver's subbands as the period sees them: kept (with the effective SNRs
+        worked out on them) while the channel, the power and the placement stay, so a
+        transmitter waiting below the lowest MCS costs one EESM per channel, not per re-split."""
         self._planned_on = weights = self.allocation_prbs
+        gains = self._subband_gain_hz[receiver]
+        scale = self._power_scale(bandwidth_hz, sends=False)
+        placed = None if weights is None else weights.tobytes()
+        kept = self._channels.get(receiver)
+        if kept is not None and kept[0] is gains and kept[1] == (scale, placed):
+            return kept[2]
+        snr = gains * (scale / self.harq.settings.prb_hz)
         if weights is None:
             weights = self.radio.subband_grid(self.direction).prbs_array
-        return SubbandSnr((snr,), (estimate,), weights)
+        channel = SubbandSnr((snr,), (self._subband_estimate(receiver, snr),), weights)
+        self._channels[receiver] = (gains, (scale, placed), channel)
+        return channel
 
     def _subband_snr(self, receiver: int, bandwidth_hz: float) -> np.ndarray:
         """The receiver's SNR on each subband over one PRB, with the power sent on
