@@ -137,11 +137,11 @@ class Scheduler(ABC):
         contiguously in user order from PRB 0: what a scheduler that does not look at the
         frequency axis does (the rates are asked only if it looks at them).
         """
-        rates, prbs = _check_subbands(users, rates_of, subband_prbs)
+        prbs = _check_subbands(users, subband_prbs)
         total = int(prbs.sum())
 
         def on_prbs(i: int, m: float) -> float:
-            return float(rates(i, 1).sum()) / total * m
+            return float(_subband_rates(users, rates_of, 1, len(prbs), [i]).sum()) / total * m
 
         counts = self.allocate(users, on_prbs, total)
         return _place_contiguously(np.array(counts), prbs)
@@ -156,33 +156,31 @@ def _check(users: Sequence[int], num_prbs: int) -> None:
         raise ValueError(f"num_prbs must be at least 1, got {num_prbs}")
 
 
-def _check_subbands(
-    users: Sequence[int], rates_of: SubbandRates, subband_prbs: Sequence[int]
-) -> tuple[SubbandRates, np.ndarray]:
-    """The PRBs per subband as an int array, once checked, and the rates checked as asked
-    (each row once: a scheduler asks for some only)."""
+def _check_subbands(users: Sequence[int], subband_prbs: Sequence[int]) -> np.ndarray:
+    """The PRBs per subband as an int array, once checked with the users."""
     prbs = np.asarray(subband_prbs)
     if prbs.ndim != 1 or prbs.size == 0 or prbs.dtype.kind not in "iu" or (prbs < 1).any():
         raise ValueError(f"subband_prbs must be whole numbers >= 1, got {list(subband_prbs)}")
     _check(users, int(prbs.sum()))
-    checked: dict[tuple[int, int], np.ndarray] = {}
+    return prbs
 
-    def rates(i: int, held: int) -> np.ndarray:
-        row = checked.get((i, held))
-        if row is None:
-            row = np.asarray(rates_of(i, held), dtype=float)
-            if row.shape != prbs.shape:
-                raise ValueError(
-                    f"user {users[i]}'s rates must be one per subband ({prbs.size}), "
-                    f"got shape {row.shape}"
-                )
-            if not (row >= 0.0).all():  # also NaN
-                bad = int(np.argmax(~(row >= 0.0)))
-                raise ValueError(f"user {users[i]}'s rate on subband {bad} is {row[bad]} bit/s")
-            checked[i, held] = row
-        return row
 
-    return rates, prbs
+def _subband_rates(
+    users: Sequence[int], rates_of: SubbandRates, held: int, subbands: int,
+    among: Sequence[int] | None = None,
+) -> np.ndarray:  # fmt: skip
+    """The rows of ``rates_of(i, held)`` for the users ``among`` (default: all), stacked and
+    checked at once (a scheduler asks thousands of users each period)."""
+    among = range(len(users)) if among is None else among
+    rows = np.array([rates_of(i, held) for i in among], dtype=float).reshape(len(among), -1)
+    if rows.shape[1] != subbands:
+        raise ValueError(f"rates must be one per subband ({subbands}), got {rows.shape[1]}")
+    if not (rows >= 0.0).all():  # also NaN
+        row, column = np.argwhere(~(rows >= 0.0))[0]
+        raise ValueError(
+            f"user {users[among[row]]}'s rate on subband {column} is {rows[row, column]} bit/s"
+        )
+    return rows
 
 
 def _place_contiguously(counts: np.ndarray, subband_prbs: np.ndarray) -> np.ndarray:
@@ -197,7 +195,7 @@ def _place_contiguously(counts: np.ndarray, subband_prbs: np.ndarray) -> np.ndar
 
 
 def _greedy_subbands(
-    rates_of: SubbandRates, averages_bps: np.ndarray, subband_prbs: np.ndarray
+    users: Sequence[int], rates_of: SubbandRates, averages_bps: np.ndarray, subband_prbs: np.ndarray
 ) -> np.ndarray:
     """Each subband in turn to the (user, subband) pair whose R_i / T_i it raises most, as
     :func:`_greedy` does PRB by PRB; every subband is given. R_i(A) = Σ_{s∈A} r_i,s(|A|):
@@ -208,23 +206,23 @@ def _greedy_subbands(
     n, count = len(averages_bps), len(subband_prbs)
     held = np.zeros((n, count), dtype=bool)
     taken = np.zeros(count, dtype=bool)
-    marginal = np.array([rates_of(i, 1) for i in range(n)])
+    marginal = _subband_rates(users, rates_of, 1, count)
+    now = marginal.copy()  # each user's rates at the subbands it holds (1 while it holds 0)
     zero = averages_bps <= 0.0
+    scale = np.where(zero, 1.0, averages_bps)[:, None]
     for _ in range(count):
         gain = np.where(taken[None, :], -np.inf, marginal)
         infinite = zero[:, None] & (gain > 0.0)
         if infinite.any():
             scores = np.where(infinite, gain, -np.inf)
         else:
-            scores = np.where(
-                zero[:, None], -np.inf, gain / np.where(zero, 1.0, averages_bps)[:, None]
-            )
-            scores = np.where(taken[None, :], -np.inf, scores)
+            scores = np.where(zero[:, None], -np.inf, gain / scale)
         i, s = np.unravel_index(int(np.argmax(scores)), scores.shape)
         held[i, s] = taken[s] = True
         k = int(held[i].sum())
-        now, after = rates_of(i, k), rates_of(i, k + 1)
-        marginal[i] = after + float((after - now)[held[i]].sum())
+        after = _subband_rates(users, rates_of, k + 1, count, [i])[0]
+        marginal[i] = after + float((after - now[i])[held[i]].sum())
+        now[i] = after
     return np.where(held, subband_prbs[None, :], 0)
 
 
@@ -363,14 +361,16 @@ class ProportionalFair(Scheduler):
         """Subband by subband to the largest gain in R(u) / T(u) (:func:`_greedy_subbands`);
         a user first seen starts with T = its rate on 1/n of every subband, its power
         spread over an equal share (S/n subbands, at least one)."""
-        rates, prbs = _check_subbands(users, rates_of, subband_prbs)
+        prbs = _check_subbands(users, subband_prbs)
         n = len(users)
-        equal_share = max(1, round(len(prbs) / n))
-        for i, user in enumerate(users):
-            if user not in self._average_bps:
-                self._average_bps[user] = float(rates(i, equal_share).sum()) / n
+        new = [i for i, user in enumerate(users) if user not in self._average_bps]
+        if new:
+            share = max(1, round(len(prbs) / n))
+            first = _subband_rates(users, rates_of, share, len(prbs), new).sum(axis=1) / n
+            for i, average in zip(new, first.tolist(), strict=True):
+                self._average_bps[users[i]] = average
         averages = np.array([self._average_bps[u] for u in users])
-        return _greedy_subbands(rates, averages, prbs)
+        return _greedy_subbands(users, rates_of, averages, prbs)
 
     def record(self, users: Sequence[int], achieved_bps: Sequence[float]) -> None:
         """Update T of the active users; one never allocated starts from its achieved rate."""
@@ -393,8 +393,8 @@ class MaxRate(Scheduler):
         self, users: Sequence[int], rates_of: SubbandRates, subband_prbs: Sequence[int]
     ) -> np.ndarray:
         """Subband by subband to the largest gain in the sum rate (ties: the lowest id)."""
-        rates, prbs = _check_subbands(users, rates_of, subband_prbs)
-        return _greedy_subbands(rates, np.ones(len(users)), prbs)
+        prbs = _check_subbands(users, subband_prbs)
+        return _greedy_subbands(users, rates_of, np.ones(len(users)), prbs)
 
 
 def make_scheduler(name: str, pf_beta: float = 0.98) -> Scheduler:

@@ -226,6 +226,9 @@ class SubbandHarqTransmission(HarqTransmission):
         super().__post_init__()
         # per receiver: (its subband gains, (power scale, placement), the channel on them)
         self._channels: dict[int, tuple[np.ndarray, tuple, SubbandSnr]] = {}
+        # the scheduler's view per reference PRB count, on the gains it was worked out on
+        self._rates_for: np.ndarray | None = None
+        self._rates_on: dict[float, np.ndarray] = {}
 
     def _placed_as_planned(self) -> bool:
         placed, planned = self.allocation_prbs, self._planned_on
@@ -280,10 +283,19 @@ class SubbandHarqTransmission(HarqTransmission):
     def subband_rates_bps(self, reference_prbs: float) -> np.ndarray:
         """The rate it would get on each subband alone, its power spread over
         ``reference_prbs`` PRBs, at the CSI it has (``csi_age_blocks`` old): a
-        frequency-domain scheduler's metric (uplink: one receiver)."""
+        frequency-domain scheduler's metric (uplink: one receiver), kept until the channel
+        changes (a scheduler asks at every start, end and period)."""
         self._state()
         [receiver] = self.receivers
-        snr = self._subband_snr(receiver, reference_prbs * self.harq.settings.prb_hz)
-        per_prb = self._subband_estimate(receiver, snr) / reference_prbs
-        grid = self.radio.subband_grid(self.direction)
-        return self.harq.subband_rates_bps(per_prb, grid.prbs_array)
+        gains = self._subband_gain_hz[receiver]
+        if self._rates_for is not gains:
+            self._rates_for, self._rates_on = gains, {}
+        rates = self._rates_on.get(reference_prbs)
+        if rates is None:
+            snr = self._subband_snr(receiver, reference_prbs * self.harq.settings.prb_hz)
+            per_prb = self._subband_estimate(receiver, snr) / reference_prbs
+            grid = self.radio.subband_grid(self.direction)
+            rates = self.harq.subband_rates_bps(per_prb, grid.prbs_array)
+            if self.radio.cache_channel:
+                self._rates_on[reference_prbs] = rates
+        return rates
