@@ -391,17 +391,19 @@ class ScheduledMedium(ChannelMedium):
         PRBs each flow holds. The scheduler sees a flow's rate on each subband with its power
         spread over the k subbands it would hold (``power_aware``), or over the whole band."""
         group_prbs = max(grid.prbs)
+        spread_prbs = group_prbs if self.power_aware else self.num_prbs
+        on_one = [flow.link.subband_rates_bps(spread_prbs) for flow in flows]  # asked of all
 
         def rates_of(i: int, held: int) -> np.ndarray:
+            if held == 1:
+                return on_one[i]
             spread_prbs = held * group_prbs if self.power_aware else self.num_prbs
             return flows[i].link.subband_rates_bps(min(spread_prbs, self.num_prbs))
 
-        placed = self.scheduler.allocate_subbands(users, rates_of, grid.prbs)
-        held = []
-        for flow, prbs in zip(flows, placed, strict=True):
-            count = int(prbs.sum())
-            flow.link.allocation_prbs = prbs.astype(float) if count else None
-            held.append(count)
+        placed = self.scheduler.allocate_subbands(users, rates_of, grid.prbs).astype(float)
+        held = placed.sum(axis=1).astype(int).tolist()
+        for flow, prbs, count in zip(flows, placed, held, strict=True):
+            flow.link.allocation_prbs = prbs if count else None
         return held
 
     def _rate_on_prbs(self, flows: list[ChannelFlow]) -> Callable[[int, float], float]:

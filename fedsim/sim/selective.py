@@ -155,7 +155,7 @@ def _steering(profile: TdlProfile, grid: SubbandGrid) -> np.ndarray:
     return matrix
 
 
-@lru_cache(maxsize=4096)  # bounded: a link's terms are cheap to redraw, 20,000 links are not
+@lru_cache(maxsize=1 << 15)  # bounded (~6 kB a link, ~200 MB at most, as draws.py's flat terms)
 def _tap_sinusoids(
     key: int, link: tuple[int, ...], taps: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

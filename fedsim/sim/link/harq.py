@@ -285,8 +285,17 @@ class SubbandHarqTransmission(HarqTransmission):
         ``reference_prbs`` PRBs, at the CSI it has (``csi_age_blocks`` old): a
         frequency-domain scheduler's metric (uplink: one receiver), kept until the channel
         changes (a scheduler asks at every start, end and period)."""
-        self._state()
         [receiver] = self.receivers
+        radio = self.radio
+        if (
+            radio.now() < self._valid_until_s
+            and self._epoch == radio.interference_epoch
+            and self._rates_for is self._subband_gain_hz[receiver]
+        ):  # the channel it was worked out on holds: no need to ask the radio
+            rates = self._rates_on.get(reference_prbs)
+            if rates is not None:
+                return rates
+        self._state()
         gains = self._subband_gain_hz[receiver]
         if self._rates_for is not gains:
             self._rates_for, self._rates_on = gains, {}
