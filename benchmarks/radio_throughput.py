@@ -163,6 +163,20 @@ def selective_scenario(fixed: Scenario, variant: dict) -> Scenario:
     return radio_scenario(fixed, "harq", **extra)
 
 
+def timed_runs(
+    variants: dict[str, Scenario], data: object, trainers: list, references: dict, repeats: int
+) -> dict[str, list[dict]]:
+    """Each variant timed ``repeats`` times, alternating so that all see the same machine
+    load; refuses to go on if a run's results differ from its reference's."""
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, sc in variants.items():
+            runs[name].append(timing_only_run(sc, data, trainers))
+            if runs[name][-1]["fingerprint"] != references[name]["fingerprint"]:
+                raise RuntimeError(f"timing-only runs of one seed differ ({name})")
+    return runs
+
+
 def compare_selective(clients: int, rounds: int, repeats: int, dataset: str) -> dict:
     """The four ``SELECTIVE`` variants timed alternately; refuses to report if a variant's
     runs differ. Ratios: TDL-C over flat, with equal shares and with PF."""
@@ -171,12 +185,7 @@ def compare_selective(clients: int, rounds: int, repeats: int, dataset: str) -> 
     data = build_dataset(fixed)
     trainers = build_trainers(fixed, data)
     references = {name: timing_only_run(sc, data, trainers) for name, sc in variants.items()}
-    runs: dict[str, list[dict]] = {name: [] for name in variants}
-    for _ in range(repeats):
-        for name, sc in variants.items():
-            runs[name].append(timing_only_run(sc, data, trainers))
-            if runs[name][-1]["fingerprint"] != references[name]["fingerprint"]:
-                raise RuntimeError(f"timing-only runs of one seed differ ({name})")
+    runs = timed_runs(variants, data, trainers, references, repeats)
     rows = []
     for name, reference in references.items():
         simulated_s, rounds_done, sent_bytes, wasted_bytes = reference["fingerprint"]
@@ -328,12 +337,7 @@ def compare(clients: int, rounds: int, repeats: int, dataset: str) -> dict:
         with counting_radio_work() as counts:
             references[name] = timing_only_run(sc, data, trainers, CountingEnvironment)
         changes[name] = counts
-    runs: dict[str, list[dict]] = {name: [] for name in variants}
-    for _ in range(repeats):  # alternate, so that both see the same machine load
-        for name, sc in variants.items():
-            runs[name].append(timing_only_run(sc, data, trainers))
-            if runs[name][-1]["fingerprint"] != references[name]["fingerprint"]:
-                raise RuntimeError(f"timing-only runs of one seed differ ({name})")
+    runs = timed_runs(variants, data, trainers, references, repeats)
     rows = []
     for name, reference in references.items():
         events = reference["events"]
