@@ -391,14 +391,16 @@ class ScheduledMedium(ChannelMedium):
         PRBs each flow holds. The scheduler sees a flow's rate on each subband with its power
         spread over the k subbands it would hold (``power_aware``), or over the whole band."""
         group_prbs = max(grid.prbs)
-        spread_prbs = group_prbs if self.power_aware else self.num_prbs
-        on_one = [flow.link.subband_rates_bps(spread_prbs) for flow in flows]  # asked of all
+
+        def spread_prbs(held: int) -> int:
+            return min(held * group_prbs, self.num_prbs) if self.power_aware else self.num_prbs
+
+        on_one = [flow.link.subband_rates_bps(spread_prbs(1)) for flow in flows]  # asked of all
 
         def rates_of(i: int, held: int) -> np.ndarray:
             if held == 1:
                 return on_one[i]
-            spread_prbs = held * group_prbs if self.power_aware else self.num_prbs
-            return flows[i].link.subband_rates_bps(min(spread_prbs, self.num_prbs))
+            return flows[i].link.subband_rates_bps(spread_prbs(held))
 
         placed = self.scheduler.allocate_subbands(users, rates_of, grid.prbs).astype(float)
         held = placed.sum(axis=1).astype(int).tolist()
