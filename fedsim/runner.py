@@ -123,6 +123,7 @@ def build_trainers(
             precision=training.precision,
             memory_format=training.memory_format,
             vmap_chunk=training.vmap_chunk,
+            compile=training.compile,
         )
         for share in shares
     ]  # fmt: skip

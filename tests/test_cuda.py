@@ -1,19 +1,23 @@
 """The GPU path (marker ``cuda``: skipped where torch sees no CUDA device, as in CI): the
-engines agree, chunks change nothing, every precision trains, client state stays on the host,
-and a run on the GPU gives the same files twice (``training.deterministic``, the default)."""
+engines agree (to float32 rounding: fp32 turns off cuDNN's default TF32, without which the
+``cnn``'s engines differed by more than 1e-4 on an H100), chunks change nothing, a compiled step
+equals the eager one, every precision trains, client state stays on the host, and a run on the
+GPU gives the same files twice (``training.deterministic``, the default)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from fedsim.learn.execution import configure_determinism
 from fedsim.learn.models import build_model
 from fedsim.learn.optimizers import OptimizerSpec
-from fedsim.learn.trainer import Trainer
+from fedsim.learn.trainer import Distillation, Trainer
 from tests.conftest import run_fedsim, tiny_scenario
 from tests.test_fedavg_world import make_world, run_world
 
@@ -54,6 +58,31 @@ def test_vmap_equals_loop_on_the_gpu(name: str) -> None:
     assert_close(loop, vmap, 1e-4)
 
 
+@pytest.fixture
+def deterministic() -> Iterator[None]:
+    """The switches a run sets (``training.deterministic``), restored afterwards."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
+    configure_determinism(True)
+    yield
+    torch.use_deterministic_algorithms(saved[0])
+    torch.backends.cudnn.deterministic = saved[0]
+    torch.backends.cudnn.benchmark = saved[1]
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_a_compiled_step_equals_the_eager_one_on_the_gpu(deterministic: None, mode: str) -> None:
+    """torch.compile's fused kernels, and replayed as CUDA graphs (reduce-overhead), under the
+    deterministic switches a run sets; the stack shrinks as clients finish (new shapes)."""
+    eager, compiled = gpu_trainer("lenet5"), gpu_trainer("lenet5", compile=mode)
+    data = client_data(6, seed=5)
+    params = [eager.init_params(c) for c in range(6)]
+    want = eager.train_many(params, data, epochs=1, seeds=range(6), engine="vmap")
+    got = compiled.train_many(params, data, epochs=1, seeds=range(6), engine="vmap")
+    again = compiled.train_many(params, data, epochs=1, seeds=range(6), engine="vmap")
+    assert_close(want, got, 1e-4)
+    assert all(torch.equal(a.params, b.params) for a, b in zip(got, again, strict=True))
+
+
 def test_chunked_vmap_equals_one_stack_on_the_gpu() -> None:
     whole, chunked = gpu_trainer("cnn", vmap_chunk=9), gpu_trainer("cnn", vmap_chunk=4)
     data = client_data(9, seed=1)
@@ -83,7 +112,7 @@ def test_evaluation_on_the_gpu_equals_the_cpus() -> None:
             assert b.loss_sum == pytest.approx(a.loss_sum, rel=1e-3)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16", "fp16"])
 def test_every_precision_trains_on_the_gpu(precision: str) -> None:
     """The loss falls from the first epoch to the third on a learnable task, with each engine
     the precision runs on (fp16: the loop, with its loss scaler), and the parameters stay
@@ -107,6 +136,21 @@ def test_every_precision_trains_on_the_gpu(precision: str) -> None:
         fp32 = epochs(start, 3, reference)
         mixed = epochs(start, 3)
         assert (mixed.params - fp32.params).norm() <= 0.2 * (fp32.params - start).norm()
+
+
+def test_distillation_trains_on_the_gpu() -> None:
+    """PerFed-CKT's co-distillation term: its public inputs and targets live on the host with
+    the clients' state; a training on the GPU reads them there (once moved)."""
+    trainer = gpu_trainer("lenet5")
+    g = torch.Generator().manual_seed(6)
+    public = torch.randn(40, *SHAPE, generator=g)
+    targets = torch.softmax(torch.randn(40, 10, generator=g), dim=1)
+    distill = Distillation(public, targets, weight=2.0, batch_size=16)
+    (x, y), start = client_data(1, seed=6)[0], trainer.init_params(0)
+    with_term = trainer.train(start, x, y, steps=4, seed=0, distill=distill)
+    without = trainer.train(start, x, y, steps=4, seed=0)
+    assert with_term.params.device.type == "cpu" and torch.isfinite(with_term.params).all()
+    assert (with_term.params - without.params).norm() > 1e-4  # the term pulled the steps
 
 
 @pytest.mark.parametrize("algorithm", ["scaffold", "ditto"])

@@ -307,3 +307,33 @@ def test_a_bad_vmap_chunk_is_refused(tmp_path: Path) -> None:
         Trainer(nn.Linear(2, 2), SGD, batch_size=4, vmap_chunk=0)
     scenario = parse_scenario(tiny_scenario(tmp_path, training={"vmap_chunk": 4}))
     assert build_trainers(scenario, build_dataset(scenario))[0].vmap_chunk == 4
+
+
+# --- the vmap step captured by torch.compile (training.compile) ---
+
+
+def test_a_compiled_step_trains_as_the_eager_one(tmp_path: Path) -> None:
+    """Clients of unequal step counts (the stack shrinks as they finish: a new shape, a
+    recompile) give the eager step's parameters and losses within float tolerance."""
+    sizes, steps = [21, 13, 30], [3, 1, 2]
+    data = client_data(sizes, seed=4)
+    eager = chunked("mlp", SGD, "auto")
+    compiled = Trainer(eager._model, SGD, batch_size=8, engine="vmap", compile="default")
+    assert compiled.compile == "default" and eager.compile == "off"
+    starts = [eager.init_params(c) for c in range(3)]
+    want = eager.train_many(starts, data, steps=steps, seeds=range(3))
+    got = compiled.train_many(starts, data, steps=steps, seeds=range(3))
+    for a, b in zip(want, got, strict=True):
+        assert (a.steps, a.samples) == (b.steps, b.samples)
+        assert (a.params - b.params).norm() <= 1e-5 * a.params.norm()
+        assert b.mean_loss == pytest.approx(a.mean_loss, rel=1e-5)
+    assert not (got[0].params == starts[0]).all()  # it trained
+
+
+def test_a_bad_compile_mode_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="training.compile"):
+        parse_scenario(tiny_scenario(tmp_path, training={"compile": "max"}))
+    with pytest.raises(ValueError, match="compile mode"):
+        Trainer(nn.Linear(2, 2), SGD, batch_size=4, compile="fast")
+    scenario = parse_scenario(tiny_scenario(tmp_path, training={"compile": "reduce-overhead"}))
+    assert build_trainers(scenario, build_dataset(scenario))[0].compile == "reduce-overhead"

@@ -1,5 +1,5 @@
 """Mixed precision and memory format: fp32 untouched, bf16 deterministic and as accurate as
-fp32 within a small margin on real Fashion-MNIST, the measured channels-last policy, fp16
+fp32 within a small margin on real Fashion-MNIST, the measured channels-last policy, fp16 and tf32
 refused off CUDA, and the fp16 loss scaler's rules."""
 
 from __future__ import annotations
@@ -90,11 +90,12 @@ def test_the_memory_format_policy():
     assert rgb.channels_last
 
 
-def test_fp16_is_refused_off_cuda(tmp_path):
+@pytest.mark.parametrize("precision", ["fp16", "tf32"])
+def test_gpu_precisions_are_refused_off_cuda(tmp_path, precision):
     with pytest.raises(ValueError, match="CUDA"):
-        trainer("mlp", precision="fp16")
+        trainer("mlp", precision=precision)
     with pytest.raises(ScenarioError) as caught:
-        parse_scenario(tiny_scenario(tmp_path, training={"precision": "fp16"}))
+        parse_scenario(tiny_scenario(tmp_path, training={"precision": precision}))
     assert any(p.startswith("training") and "cuda" in p for p in caught.value.problems)
 
 
@@ -134,3 +135,25 @@ def test_bf16_on_a_cpu_that_emulates_it_is_warned_once(tmp_path, monkeypatch, ca
     warnings = [line for line in capsys.readouterr().err.splitlines() if "native bf16" in line]
     assert len(warnings) == (1 if native is False else 0)
     assert all(w.startswith("warning: training.precision bf16:") for w in warnings)
+
+
+@pytest.mark.parametrize("user_setting", [True, False])
+def test_fp32_computes_without_tf32_whatever_the_process_set(user_setting: bool) -> None:
+    """PyTorch lets cuDNN convolutions round to TF32 by default: a trainer in fp32 turns it
+    off for its forward and backward passes and restores the process's settings after."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (matmul.allow_tf32, cudnn.allow_tf32)
+    matmul.allow_tf32 = cudnn.allow_tf32 = user_setting
+    seen: list[tuple[bool, bool]] = []
+    try:
+        lenet = trainer("lenet5")
+        lenet._model.register_forward_hook(
+            lambda *_: seen.append((matmul.allow_tf32, cudnn.allow_tf32))
+        )
+        x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+        lenet.train(lenet.init_params(0), x, y, steps=1, seed=0)
+        lenet.evaluate(lenet.init_params(0), x, y)
+        assert seen == [(False, False)] * 2
+        assert (matmul.allow_tf32, cudnn.allow_tf32) == (user_setting, user_setting)
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved

@@ -77,10 +77,12 @@ class TrainingConfig(_Strict):
     device: Literal["cpu", "cuda"] = Field(
         default="cpu", description="where training and evaluation run"
     )
-    precision: Literal["fp32", "bf16", "fp16"] = Field(
+    precision: Literal["fp32", "tf32", "bf16", "fp16"] = Field(
         default="fp32",
-        description="compute precision (autocast; parameters stay fp32): bf16 and fp16 are "
-        "faster where the hardware has them and change the numbers; fp16 needs cuda",
+        description="compute precision: fp32 IEEE float32 everywhere (TF32 off on a GPU); tf32 "
+        "(cuda) convolutions and matrix products in the GPU's TF32; bf16 and fp16 autocast "
+        "(parameters stay fp32), faster where the hardware has them; all but fp32 change "
+        "the numbers; fp16 needs cuda",
     )
     memory_format: Literal["auto", "contiguous", "channels_last"] = Field(
         default="auto",
@@ -100,12 +102,19 @@ class TrainingConfig(_Strict):
         "fedsim.learn.execution.MAX_VMAP_CHUNK), or a number; results equal within float "
         "tolerance whatever the chunk",
     )
+    compile: Literal["off", "default", "reduce-overhead"] = Field(
+        default="off",
+        description="the vmap engine's training step captured by torch.compile in this mode "
+        "(reduce-overhead: replayed as CUDA graphs); the first step of each shape compiles "
+        "(seconds to minutes); results equal eager ones within float tolerance",
+    )
 
     @model_validator(mode="after")
-    def _fp16_on_cuda(self) -> TrainingConfig:
-        if self.precision == "fp16" and self.device != "cuda":
+    def _gpu_precisions_on_cuda(self) -> TrainingConfig:
+        if self.precision in ("tf32", "fp16") and self.device != "cuda":
             raise ValueError(
-                "precision fp16 needs device cuda (its loss scaling is for GPUs); on a CPU use bf16"
+                f"precision {self.precision} needs device cuda (TF32 is a GPU mode, fp16's "
+                "loss scaling is for GPUs); on a CPU use fp32 or bf16"
             )
         return self
 

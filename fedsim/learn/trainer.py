@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
@@ -31,12 +32,16 @@ from torch.func import functional_call, grad_and_value, vmap
 from fedsim.learn.execution import (
     ACTIVATION_COPIES,
     AUTOCAST_DTYPES,
+    COMPILE_MODES,
+    CUDA_PRECISIONS,
     ENGINES,
     MEMORY_FORMATS,
     PRECISIONS,
+    CompileMode,
     Engine,
     MemoryFormat,
     Precision,
+    tensor_float32,
     uses_channels_last,
     vmap_chunk_size,
 )
@@ -89,6 +94,11 @@ class Distillation:
     targets: torch.Tensor
     weight: float
     batch_size: int = 128
+
+    def to(self, device: torch.device) -> Distillation:
+        """The same term with its public inputs and targets on ``device`` (the clients' state
+        stays on the host; the trainer moves what one training reads)."""
+        return replace(self, inputs=self.inputs.to(device), targets=self.targets.to(device))
 
     def loss(self, model: nn.Module, generator: torch.Generator) -> torch.Tensor:
         rows = torch.randint(len(self.inputs), (self.batch_size,), generator=generator)
@@ -149,14 +159,29 @@ def _batches(
             done += 1
 
 
+def _float32_math(method: Callable) -> Callable:
+    """Run a trainer's computation with TF32 on or off as its precision says (on a CUDA
+    device: ``tensor_float32``), backward passes included."""
+
+    @functools.wraps(method)
+    def in_precision(self: Trainer, *args, **kwargs):
+        with tensor_float32(self.precision == "tf32"):
+            return method(self, *args, **kwargs)
+
+    return in_precision
+
+
 class Trainer:
     """Trains and evaluates flat parameter vectors of one architecture.
 
     The model passed in is copied, never modified; its architecture is all that is used.
     ``precision`` bf16 or fp16 runs forward passes under autocast (the parameters, gradients
     and optimizer stay fp32: only the compute is mixed; fp16 needs CUDA and scales the loss);
+    fp32 computes in IEEE float32 on every device, tf32 (CUDA) lets convolutions and matrix
+    products round to TF32 (``tensor_float32``);
     ``memory_format`` channels_last feeds convolutions NHWC batches ("auto": only where it
-    was measured to pay, see ``uses_channels_last``).
+    was measured to pay, see ``uses_channels_last``); ``compile`` captures the vmap engine's
+    step with ``torch.compile`` (``COMPILE_MODES``).
     """
 
     def __init__(
@@ -169,6 +194,7 @@ class Trainer:
         precision: Precision = "fp32",
         memory_format: MemoryFormat = "auto",
         vmap_chunk: int | Literal["auto"] = "auto",
+        compile: CompileMode = "off",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -182,14 +208,17 @@ class Trainer:
             raise ValueError(
                 f"vmap_chunk must be 'auto' or a whole number >= 1, got {vmap_chunk!r}"
             )
+        if compile not in COMPILE_MODES:
+            raise ValueError(f"unknown compile mode {compile!r}; choose one of: {COMPILE_MODES}")
         self.engine = engine
         self.vmap_chunk = vmap_chunk
+        self.compile = compile
         self._activation_floats: dict[tuple[int, ...], int] = {}
         self.optimizer = optimizer
         self.batch_size = batch_size
         self.device = torch.device(device)
-        if precision == "fp16" and self.device.type != "cuda":
-            raise ValueError("precision fp16 needs a CUDA device (loss scaling); use bf16 on a CPU")
+        if precision in CUDA_PRECISIONS and self.device.type != "cuda":
+            raise ValueError(f"precision {precision} needs a CUDA device; use bf16 on a CPU")
         self.precision = precision
         self._model = copy.deepcopy(model).to(self.device)
         convolutions = [m for m in self._model.modules() if isinstance(m, nn.Conv2d)]
@@ -224,6 +253,8 @@ class Trainer:
             isinstance(m, nn.modules.dropout._DropoutNd) for m in self._model.modules()
         )
         self._client_grads = vmap(grad_and_value(self._weighted_loss))
+        if compile != "off":
+            self._client_grads = torch.compile(self._client_grads, mode=compile)
         self._client_logits = vmap(self._logits)
 
     def _nhwc(self, module: nn.Module, args: tuple) -> tuple | None:
@@ -286,6 +317,7 @@ class Trainer:
         epochs, extra_steps = divmod(steps, steps_per_epoch)
         return epochs * num_samples + min(extra_steps * self.batch_size, num_samples)
 
+    @_float32_math
     def train(
         self,
         params: torch.Tensor,
@@ -317,6 +349,7 @@ class Trainer:
         x, y = x.to(self.device), y.to(self.device)
         center = None if prox_center is None or not prox_mu else prox_center.to(self.device)
         shift = None if correction is None else correction.to(self.device)
+        distill = None if distill is None else distill.to(self.device)
         w, g = self._flat, self._grad
         with torch.no_grad():
             w.copy_(params)
@@ -346,6 +379,7 @@ class Trainer:
         mean_loss = loss_sum.item() / done if done else math.nan
         return TrainResult(w.to(_CPU, copy=True), mean_loss, done, samples)
 
+    @_float32_math
     def train_many(
         self,
         params: Sequence[torch.Tensor],
@@ -596,6 +630,7 @@ class Trainer:
         """Accuracy and summed cross-entropy of ``params`` on one dataset."""
         return self.evaluate_many(params, [x], [y])[0]
 
+    @_float32_math
     def evaluate_many(
         self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]
     ) -> list[EvalResult]:
@@ -630,6 +665,7 @@ class Trainer:
             for h, lo, s in zip(hit_parts, loss_parts, sizes, strict=True)
         ]
 
+    @_float32_math
     def evaluate_each(
         self,
         params: Sequence[torch.Tensor],
@@ -686,6 +722,7 @@ class Trainer:
             for c, s, lo in zip(correct.tolist(), sizes.tolist(), loss_sum.tolist(), strict=True)
         ]
 
+    @_float32_math
     def gradient(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy gradient over (x, y) at ``params``, as a flat vector.
 
@@ -705,6 +742,7 @@ class Trainer:
             loss.backward()
         return (self._grad / len(y)).to(_CPU)
 
+    @_float32_math
     def probabilities(self, params: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Softmax outputs of ``params`` on every row of x (PerFed-CKT's "logit matrix")."""
         with torch.no_grad():
@@ -719,6 +757,7 @@ class Trainer:
                 parts.append(F.softmax(logits, dim=1))
         return torch.cat(parts).to(_CPU, copy=True)
 
+    @_float32_math
     def evaluate_ensemble(self, ensemble: Ensemble, x: torch.Tensor, y: torch.Tensor) -> EvalResult:
         """Accuracy and summed negative log-likelihood of an ensemble's mixed probabilities."""
         mixed = sum(
