@@ -13,10 +13,18 @@ input shape (MNIST's 1x28x28; 3x32x32 for VGG). Reported per row:
 - ``chunk``: the clients the vmap engine stacked at once;
 - ``vmap_over_loop``: the vmap row's rate over the loop's;
 - ``share_of_peak``: the FLOPs of the training (``FlopCounterMode`` on one client's step, x
-  clients x steps) per second over the matmul peak of the same dtype on the same device.
+  clients x steps) per second over the matmul peak of the same dtype on the same device;
+- ``first_call_s``: the untimed first call (allocations, kernel choice, vmap's trace, and with
+  ``--compile`` the capture: what a run pays once per shape).
+
+``--compile MODE`` captures the vmap step with ``torch.compile`` (``training.compile``): its
+rows are engine ``vmap+MODE``. ``--loop-max-clients N`` skips the loop above N clients (it
+scales linearly in the clients; vmap_over_loop then divides by the loop's rate at the largest
+count measured of that model, batch and precision).
 
     python -m benchmarks.gpu [--device cuda] [--models mlp lenet5 cnn vgg11]
         [--batch-sizes 10 32] [--clients 10 100 1000] [--precisions fp32 bf16] [--steps 5]
+        [--engines loop vmap] [--compile default] [--loop-max-clients 100]
 
 On a CPU it runs at whatever sizes it is given (the suite runs it tiny, ``--quick`` in
 ``run_all``): the figures that matter are the GPU's (benchmarks/README.md).
@@ -32,6 +40,7 @@ import torch
 from benchmarks._common import base_parser, set_threads, table, timed, write_results
 from benchmarks.precision import matmul_peak
 from benchmarks.training_throughput import step_flops
+from fedsim.learn.execution import configure_determinism
 from fedsim.learn.models import build_model
 from fedsim.learn.optimizers import OptimizerSpec
 from fedsim.learn.trainer import Trainer
@@ -39,6 +48,7 @@ from fedsim.learn.trainer import Trainer
 NUM_CLASSES = 10
 OPTIMIZER = OptimizerSpec("sgd", lr=0.05, momentum=0.9)
 ENGINES = ("loop", "vmap")
+COMPILE_MODES = ("off", "default", "reduce-overhead")
 
 
 def input_shape(model: str) -> tuple[int, int, int]:
@@ -50,13 +60,21 @@ def synchronizer(device: str) -> Callable[[], None]:
 
 
 def measure(
-    model: str, batch: int, clients: int, precision: str, steps: int, repeats: int, device: str
+    model: str,
+    batch: int,
+    clients: int,
+    precision: str,
+    steps: int,
+    repeats: int,
+    device: str,
+    engines: Sequence[str] = ENGINES,
+    compile_mode: str = "off",
 ) -> list[dict]:
     """One row per engine for ``clients`` clients of ``model`` at ``batch`` in ``precision``."""
     shape = input_shape(model)
     trainer = Trainer(
         build_model(model, shape, NUM_CLASSES), OPTIMIZER, batch, device=device,
-        precision=precision,
+        precision=precision, compile=compile_mode,
     )  # fmt: skip
     generator = torch.Generator().manual_seed(0)
     data = [
@@ -70,21 +88,24 @@ def measure(
     base = {"model": model, "batch": batch, "clients": clients, "precision": precision,
             "params": trainer.num_params}  # fmt: skip
     rows = []
-    for engine in ENGINES:
+    for engine in engines:
 
         def train(engine: str = engine) -> None:
             trainer.train_many(starts, data, steps=steps, seeds=list(range(clients)),
                                engine=engine)  # fmt: skip
             synchronize()
 
-        row = {**base, "engine": engine}
+        label = engine if engine == "loop" or compile_mode == "off" else f"vmap+{compile_mode}"
+        row = {**base, "engine": label}
         try:
-            train()  # warm-up: allocations, kernels chosen, vmap's first trace
+            row["first_call_s"] = timed(train, 1)["best_s"]
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             best_s = timed(train, repeats)["best_s"]
         except (RuntimeError, ValueError) as error:  # e.g. out of memory
             rows.append({**row, "error": f"{type(error).__name__}: {error}"[:200]})
+            if device == "cuda":
+                torch.cuda.empty_cache()
             continue
         if device == "cuda":
             row["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
@@ -95,14 +116,29 @@ def measure(
             row["chunk"] = trainer._chunk_size(clients, floats)
             row["estimate_mb"] = row["chunk"] * floats * 4 / 2**20
         rows.append(row)
-    loop, vmap = rows
-    if "client_samples_per_s" in loop and "client_samples_per_s" in vmap:
-        vmap["vmap_over_loop"] = vmap["client_samples_per_s"] / loop["client_samples_per_s"]
     return rows
 
 
+def add_vmap_over_loop(rows: list[dict]) -> None:
+    """Each vmap row's rate over the loop's at the same model, batch and precision: at the
+    same client count, or the largest the loop was measured at (its rate per client-sample
+    does not grow with the clients: one client after the other)."""
+    loops: dict[tuple, list[dict]] = {}
+    for row in rows:
+        if row["engine"] == "loop" and "client_samples_per_s" in row:
+            loops.setdefault((row["model"], row["batch"], row["precision"]), []).append(row)
+    for row in rows:
+        measured = loops.get((row["model"], row["batch"], row["precision"]))
+        if row["engine"] == "loop" or not measured or "client_samples_per_s" not in row:
+            continue
+        same = [r for r in measured if r["clients"] == row["clients"]]
+        loop = same[0] if same else max(measured, key=lambda r: r["clients"])
+        row["vmap_over_loop"] = row["client_samples_per_s"] / loop["client_samples_per_s"]
+
+
 COLUMNS = ("model", "batch", "clients", "precision", "engine", "chunk", "client_samples_per_s",
-           "vmap_over_loop", "gflops", "share_of_peak", "peak_mb", "estimate_mb")  # fmt: skip
+           "vmap_over_loop", "gflops", "share_of_peak", "peak_mb", "estimate_mb",
+           "first_call_s")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -112,13 +148,21 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--models", nargs="+", default=["mlp", "lenet5", "cnn", "vgg11"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[10, 32])
     parser.add_argument("--clients", nargs="+", type=int, default=[10, 100, 1000])
-    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "fp16"],
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "tf32", "bf16", "fp16"],
                         default=["fp32", "bf16"])  # fmt: skip
     parser.add_argument("--steps", type=int, default=5, help="steps per client per call")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--matmul-size", type=int, default=4096)
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    parser.add_argument("--compile", choices=COMPILE_MODES, default="off",
+                        help="torch.compile mode of the vmap step (training.compile)")  # fmt: skip
+    parser.add_argument("--loop-max-clients", type=int, default=None,
+                        help="no loop rows above this many clients")  # fmt: skip
+    parser.add_argument("--nondeterministic", action="store_true",
+                        help="training.deterministic false (default: true, as runs)")  # fmt: skip
     args = parser.parse_args(argv)
     set_threads(args.threads)
+    configure_determinism(not args.nondeterministic)  # before CUDA starts, as a run does
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     peaks = {p: matmul_peak(p, args.matmul_size, args.repeats, device) for p in args.precisions}
     rows = []
@@ -126,14 +170,22 @@ def main(argv: Sequence[str] | None = None) -> dict:
         for batch in args.batch_sizes:
             for clients in args.clients:
                 for precision in args.precisions:
+                    engines = [
+                        e for e in args.engines
+                        if e != "loop" or args.loop_max_clients is None
+                        or clients <= args.loop_max_clients
+                    ]  # fmt: skip
                     for row in measure(model, batch, clients, precision, args.steps,
-                                       args.repeats, device):  # fmt: skip
+                                       args.repeats, device, engines, args.compile):  # fmt: skip
                         if "gflops" in row:
                             row["share_of_peak"] = row["gflops"] / peaks[precision]
                         rows.append(row)
                         print(table([row], COLUMNS).splitlines()[-1], flush=True)
+    add_vmap_over_loop(rows)
     gpu = torch.cuda.get_device_name() if device == "cuda" else None
     results = {"device": device, "gpu": gpu, "cuda": torch.version.cuda,
+               "torch": torch.__version__, "compile": args.compile,
+               "deterministic": not args.nondeterministic,
                "matmul_peak_gflops": peaks, "rows": rows}  # fmt: skip
     path = write_results("gpu", results, args.out)
     print(", ".join(f"{p} matmul peak {g:,.0f} GFLOP/s on {device}" for p, g in peaks.items()))

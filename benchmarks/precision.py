@@ -43,6 +43,7 @@ from benchmarks.training_throughput import (
     matmul_peak_gflops,
     step_flops,
 )
+from fedsim.learn.execution import tensor_float32
 from fedsim.learn.models import build_model
 from fedsim.learn.trainer import Trainer
 
@@ -50,7 +51,8 @@ PRECISIONS = ("fp32", "bf16")
 FORMATS = ("contiguous", "channels_last")
 ENGINES = ("loop", "vmap")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+           "fp16": torch.float16}  # fmt: skip
 
 
 def cpu_features() -> dict:
@@ -77,7 +79,8 @@ def matmul_peak(precision: str, size: int, repeats: int, device: str = "cpu") ->
     """Best GFLOP/s of a (size x size) @ (size x size) product in ``precision`` on ``device``
     (the ceiling a training there is measured against): on the CPU, fp32 is
     ``training_throughput.matmul_peak_gflops``; other dtypes and devices the same product in
-    that dtype, there (a GPU's timed to the end of its kernels)."""
+    that dtype, there (a GPU's timed to the end of its kernels; tf32: float32 with TF32 on,
+    fp32 with it off, as the trainer computes)."""
     if precision == "fp32" and device == "cpu":
         return matmul_peak_gflops(size, repeats)
     generator = torch.Generator().manual_seed(0)
@@ -91,8 +94,9 @@ def matmul_peak(precision: str, size: int, repeats: int, device: str = "cpu") ->
         torch.mm(a, b, out=out)
         synchronize()
 
-    synchronize()
-    return 2 * size**3 / timed(product, repeats)["best_s"] / 1e9
+    with tensor_float32(precision == "tf32"):
+        product()
+        return 2 * size**3 / timed(product, repeats)["best_s"] / 1e9
 
 
 def matmul_peaks(size: int, repeats: int) -> dict[str, float]:

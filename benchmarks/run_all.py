@@ -49,8 +49,8 @@ QUICK_ARGS = {
     "whole_run": ["--batch-sizes", "8", "--rounds", "1", "--num-samples", "400",
                   "--matmul-size", "128"],
     "gpu": ["--device", "cpu", "--models", "mlp", "lenet5", "--batch-sizes", "4",
-            "--clients", "3", "--precisions", "fp32", "--steps", "2", "--repeats", "1",
-            "--matmul-size", "128"],
+            "--clients", "3", "5", "--loop-max-clients", "3", "--precisions", "fp32",
+            "--steps", "2", "--repeats", "1", "--matmul-size", "128"],
 }  # fmt: skip
 
 

@@ -11,6 +11,10 @@ time is split into:
 - other trainer calls (``gradient``, ``init_params``, ...) outside the above;
 - the rest: the event loop, the protocol, aggregation and the recorder.
 
+Beside it, the training phase's client-samples/s against one ``train_many`` call over every
+client's training data with the same trainer (``train_many_rate``): how much of the engine's
+rate on those clients the run keeps (``run_over_train_many``; issue 39's target: within 20%).
+
 The phases are timed by wrappers around those methods (and ``World.__init__``) that add up
 ``perf_counter`` over the outermost call only (train_many's loop calls train: counted once).
 The training phase's achieved GFLOP/s: FLOPs of one step on one full batch of the client's
@@ -21,14 +25,14 @@ the matmul peak of the precision used on the device that trains (``precision.mat
 with the run's threads, or on the GPU, measured before and after the runs: the better of the
 two).
 
-Default: built in code, 20 MNIST clients (IID, 600 images each of which 480 train),
-FedAvg on every client per round, the FedAvg paper's ``cnn``, plain SGD (lr 0.05),
-one local epoch, 5 rounds, evaluation every round, one torch thread; once with batch 10 and
-once with batch 32.
+Default: built in code, 20 MNIST clients (``--clients``; IID, 12,000 images shared, each
+client's 80% trained on), FedAvg on every client per round, the FedAvg paper's ``cnn``, plain
+SGD (lr 0.05), one local epoch, 5 rounds, evaluation every round, one torch thread; once with
+batch 10 and once with batch 32.
 
     FEDSIM_DATA=../shared/data python -m benchmarks.whole_run [--batch-sizes 10 32]
         [--rounds 5] [--precision fp32] [--memory-format auto] [--scenario FILE]
-        [--device cuda]
+        [--device cuda] [--clients 100]
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from benchmarks.precision import cpu_features, matmul_peak
 from benchmarks.training_throughput import step_flops
 from fedsim.config import Scenario, load_scenario, parse_scenario
 from fedsim.learn.data import FederatedDataset
+from fedsim.learn.execution import configure_determinism
 from fedsim.learn.trainer import Trainer, TrainResult
 from fedsim.runner import build_dataset, build_trainers, run_algorithm
 from fedsim.world import World
@@ -58,8 +63,8 @@ EVALUATION = ("evaluate", "evaluate_many", "evaluate_each", "probabilities", "ev
 PHASES = ("startup", "training", "evaluation", "other_trainer")
 
 
-def default_scenario(rounds: int, num_samples: int | None) -> Scenario:
-    """20 MNIST clients, IID, FedAvg with every client, the FedAvg paper's CNN."""
+def default_scenario(rounds: int, num_samples: int | None, clients: int = 20) -> Scenario:
+    """``clients`` MNIST clients, IID, FedAvg with every client, the FedAvg paper's CNN."""
     return parse_scenario(
         {
             "name": "whole_run",
@@ -67,7 +72,7 @@ def default_scenario(rounds: int, num_samples: int | None) -> Scenario:
             "dataset": {"name": "mnist", "num_samples": num_samples, "download": False,
                         "partition": {"kind": "iid"}},
             "model": {"name": "cnn"},
-            "clients": {"count": 20},
+            "clients": {"count": clients},
             "training": {"optimizer": "sgd", "lr": 0.05, "momentum": 0.0, "local_epochs": 1},
             "algorithms": [{"name": "fedavg", "client_fraction": 1.0}],
             "run": {"rounds": rounds},
@@ -142,9 +147,32 @@ def training_flops(clock: PhaseClock, dataset: FederatedDataset) -> float:
     return total
 
 
+def train_many_rate(sc: Scenario, dataset: FederatedDataset, trainers: list[Trainer]) -> float:
+    """Client-samples/s of one ``train_many`` call over every client's training data with the
+    run's trainer and work unit (one FedAvg round with all clients at once): the engine's
+    rate on the run's own clients, which the run's training phase is measured against.
+    Timed after one untimed call, to the end of the device's kernels (results on the host)."""
+    trainer = trainers[0]
+    shards = dataset.shards
+    data = [(shard.x_train, shard.y_train) for shard in shards]
+    starts = [trainer.init_params(0)] * len(shards)
+
+    def train() -> list[TrainResult]:
+        return trainer.train_many(
+            starts, data, steps=sc.training.local_steps, epochs=sc.training.local_epochs,
+            seeds=list(range(len(shards))),
+        )  # fmt: skip
+
+    train()
+    start = time.perf_counter()
+    samples = sum(r.samples for r in train())
+    return samples / (time.perf_counter() - start)
+
+
 def whole_run(sc: Scenario) -> dict:
     """One run of the scenario's first algorithm, its wall time split into phases."""
     algorithm = sc.algorithms[0]
+    configure_determinism(sc.training.deterministic)  # as fedsim run does
     clock = PhaseClock()
     with tempfile.TemporaryDirectory() as out:
         sc = sc.model_copy(update={"output": sc.output.model_copy(update={"dir": Path(out)})})
@@ -160,6 +188,10 @@ def whole_run(sc: Scenario) -> dict:
     rest_s = total_s - sum(seconds.values())
     training_s = clock.seconds["training"]
     gflops = flops / training_s / 1e9 if training_s else None
+    train_samples = sum(e["samples"] for e in clock.trained.values())
+    run_rate = train_samples / training_s if training_s else None
+    one_trainer = len({id(t) for t in trainers}) == 1  # else no single reference call
+    reference = train_many_rate(sc, dataset, trainers) if one_trainer else None
     return {
         "scenario": sc.name,
         "algorithm": algorithm.run_label,
@@ -178,7 +210,10 @@ def whole_run(sc: Scenario) -> dict:
         "training_calls": clock.calls["training"],
         "evaluation_calls": clock.calls["evaluation"],
         "train_steps": sum(e["steps"] for e in clock.trained.values()),
-        "train_samples": sum(e["samples"] for e in clock.trained.values()),
+        "train_samples": train_samples,
+        "run_samples_per_s": run_rate,
+        "train_many_samples_per_s": reference,
+        "run_over_train_many": run_rate / reference if run_rate and reference else None,
         "training_gflop": flops / 1e9,
         "training_gflops": gflops,
         "final_accuracy": summary.get("final_accuracy"),
@@ -188,7 +223,7 @@ def whole_run(sc: Scenario) -> dict:
 def scenarios(args) -> list[Scenario]:
     """The scenario (built in, or the file's first algorithm) once per batch size."""
     if args.scenario is None:
-        base = default_scenario(args.rounds or 5, args.num_samples or None)
+        base = default_scenario(args.rounds or 5, args.num_samples or None, args.clients)
     else:
         base = load_scenario(args.scenario)
         base = base.model_copy(update={"algorithms": base.algorithms[:1]})
@@ -212,7 +247,8 @@ def scenarios(args) -> list[Scenario]:
 
 COLUMNS = ("model", "batch", "precision", "channels_last", "total_s", "startup_s",
            "training_s", "evaluation_s", "other_trainer_s", "rest_s", "rest_share", "train_steps",
-           "training_gflops", "training_share_of_peak")  # fmt: skip
+           "training_gflops", "training_share_of_peak", "run_samples_per_s",
+           "train_many_samples_per_s", "run_over_train_many")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -222,13 +258,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=None, help="default 5 (or the file's)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=None,
                         help="one run each (default 10 32, or the file's)")  # fmt: skip
-    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None,
+    parser.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default=None,
                         help="training.precision (default fp32, or the file's)")  # fmt: skip
     parser.add_argument("--memory-format", choices=["auto", "contiguous", "channels_last"],
                         default=None, help="training.memory_format (default: auto)")  # fmt: skip
     parser.add_argument("--num-samples", type=int, default=12_000,
                         help="built-in scenario's MNIST images (0: all 60,000)")  # fmt: skip
     parser.add_argument("--matmul-size", type=int, default=2048)
+    parser.add_argument("--clients", type=int, default=20, help="built-in scenario's clients")
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None,
                         help="training.device (default: cpu, or the file's)")  # fmt: skip
     args = parser.parse_args(argv)

@@ -95,17 +95,25 @@ def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
         assert all(_positive(row[f"{p}_s"]) for p in ("startup", "training", "evaluation"))
         assert row["train_steps"] > 0 and _positive(row["training_gflops"])
         assert _positive(row["training_share_of_peak"])
+        assert row["run_samples_per_s"] == row["train_samples"] / row["training_s"]
+        assert _positive(row["train_many_samples_per_s"])
+        assert row["run_over_train_many"] == pytest.approx(
+            row["run_samples_per_s"] / row["train_many_samples_per_s"]
+        )
         assert _positive(results["matmul_peak_gflops"][row["precision"]])
     elif name == "gpu":
-        rows = results["rows"]  # mlp and lenet5 x loop and vmap, 3 clients at batch 4
-        assert [(r["model"], r["engine"]) for r in rows] == [
-            ("mlp", "loop"), ("mlp", "vmap"), ("lenet5", "loop"), ("lenet5", "vmap")
+        rows = results["rows"]  # mlp and lenet5 x 3 clients (both engines), 5 (vmap only)
+        assert [(r["model"], r["clients"], r["engine"]) for r in rows] == [
+            (model, clients, engine) for model in ("mlp", "lenet5")
+            for clients, engine in ((3, "loop"), (3, "vmap"), (5, "vmap"))
         ]  # fmt: skip
-        assert all(_positive(r[k]) for r in rows for k in ("client_samples_per_s", "gflops"))
-        assert all(_positive(r["share_of_peak"]) for r in rows)
+        keys = ("client_samples_per_s", "gflops", "share_of_peak", "first_call_s")
+        assert all(_positive(r[k]) for r in rows for k in keys)
         vmap = [r for r in rows if r["engine"] == "vmap"]
-        assert all(r["chunk"] == 3 and _positive(r["estimate_mb"]) for r in vmap)
-        assert all(_positive(r["vmap_over_loop"]) for r in vmap)
+        assert all(r["chunk"] == r["clients"] and _positive(r["estimate_mb"]) for r in vmap)
+        loops = {r["model"]: r["client_samples_per_s"] for r in rows if r["engine"] == "loop"}
+        for row in vmap:  # the 5-client rows over the loop's rate at 3
+            assert row["vmap_over_loop"] == row["client_samples_per_s"] / loops[row["model"]]
         assert results["device"] == "cpu" and "peak_mb" not in rows[0]  # CUDA only
     else:
         fedsim, naive, ditto, streaming, stacked, feedback = results["rows"]
