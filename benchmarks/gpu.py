@@ -48,7 +48,7 @@ from fedsim.learn.trainer import Trainer
 NUM_CLASSES = 10
 OPTIMIZER = OptimizerSpec("sgd", lr=0.05, momentum=0.9)
 ENGINES = ("loop", "vmap")
-COMPILE_MODES = ("off", "default", "reduce-overhead")
+COMPILE_MODES = ("eager", "default", "reduce-overhead")
 
 
 def input_shape(model: str) -> tuple[int, int, int]:
@@ -68,7 +68,7 @@ def measure(
     repeats: int,
     device: str,
     engines: Sequence[str] = ENGINES,
-    compile_mode: str = "off",
+    compile_mode: str = "eager",
 ) -> list[dict]:
     """One row per engine for ``clients`` clients of ``model`` at ``batch`` in ``precision``."""
     shape = input_shape(model)
@@ -95,7 +95,7 @@ def measure(
                                engine=engine)  # fmt: skip
             synchronize()
 
-        label = engine if engine == "loop" or compile_mode == "off" else f"vmap+{compile_mode}"
+        label = engine if engine == "loop" or compile_mode == "eager" else f"vmap+{compile_mode}"
         row = {**base, "engine": label}
         try:
             row["first_call_s"] = timed(train, 1)["best_s"]
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--matmul-size", type=int, default=4096)
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
-    parser.add_argument("--compile", choices=COMPILE_MODES, default="off",
+    parser.add_argument("--compile", choices=COMPILE_MODES, default="eager",
                         help="torch.compile mode of the vmap step (training.compile)")  # fmt: skip
     parser.add_argument("--loop-max-clients", type=int, default=None,
                         help="no loop rows above this many clients")  # fmt: skip

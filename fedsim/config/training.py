@@ -102,8 +102,8 @@ class TrainingConfig(_Strict):
         "fedsim.learn.execution.MAX_VMAP_CHUNK), or a number; results equal within float "
         "tolerance whatever the chunk",
     )
-    compile: Literal["off", "default", "reduce-overhead"] = Field(
-        default="off",
+    compile: Literal["eager", "default", "reduce-overhead"] = Field(
+        default="eager",
         description="the vmap engine's training step captured by torch.compile in this mode "
         "(reduce-overhead: replayed as CUDA graphs); the first step of each shape compiles "
         "(seconds to minutes); results equal eager ones within float tolerance",

@@ -46,10 +46,10 @@ dynamic loss scaling is for GPUs (a CPU has bf16)."""
 MemoryFormat = Literal["auto", "contiguous", "channels_last"]
 MEMORY_FORMATS: tuple[MemoryFormat, ...] = ("auto", "contiguous", "channels_last")
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-CompileMode = Literal["off", "default", "reduce-overhead"]
-COMPILE_MODES: tuple[CompileMode, ...] = ("off", "default", "reduce-overhead")
+CompileMode = Literal["eager", "default", "reduce-overhead"]
+COMPILE_MODES: tuple[CompileMode, ...] = ("eager", "default", "reduce-overhead")
 """How the vmap engine's training step runs (``training.compile``): eagerly, one kernel launch
-per operation ("off"), or captured by ``torch.compile`` in the mode of that name ("default":
+per operation ("eager"), or captured by ``torch.compile`` in the mode of that name ("default":
 fused kernels; "reduce-overhead": fused kernels replayed as CUDA graphs, which removes the
 launch gaps that bind small models). A capture costs seconds to minutes on the first call of
 each new shape (a chunk's client count, batch width) and rounds differently from the eager

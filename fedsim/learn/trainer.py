@@ -194,7 +194,7 @@ class Trainer:
         precision: Precision = "fp32",
         memory_format: MemoryFormat = "auto",
         vmap_chunk: int | Literal["auto"] = "auto",
-        compile: CompileMode = "off",
+        compile: CompileMode = "eager",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -253,7 +253,7 @@ class Trainer:
             isinstance(m, nn.modules.dropout._DropoutNd) for m in self._model.modules()
         )
         self._client_grads = vmap(grad_and_value(self._weighted_loss))
-        if compile != "off":
+        if compile != "eager":
             self._client_grads = torch.compile(self._client_grads, mode=compile)
         self._client_logits = vmap(self._logits)
 
