@@ -40,7 +40,7 @@ import torch
 from benchmarks._common import base_parser, set_threads, table, timed, write_results
 from benchmarks.precision import matmul_peak
 from benchmarks.training_throughput import step_flops
-from fedsim.learn.execution import configure_determinism
+from fedsim.learn.execution import COMPILE_MODES, PRECISIONS, configure_determinism
 from fedsim.learn.models import build_model
 from fedsim.learn.optimizers import OptimizerSpec
 from fedsim.learn.trainer import Trainer
@@ -48,7 +48,6 @@ from fedsim.learn.trainer import Trainer
 NUM_CLASSES = 10
 OPTIMIZER = OptimizerSpec("sgd", lr=0.05, momentum=0.9)
 ENGINES = ("loop", "vmap")
-COMPILE_MODES = ("eager", "default", "reduce-overhead")
 
 
 def input_shape(model: str) -> tuple[int, int, int]:
@@ -148,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--models", nargs="+", default=["mlp", "lenet5", "cnn", "vgg11"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[10, 32])
     parser.add_argument("--clients", nargs="+", type=int, default=[10, 100, 1000])
-    parser.add_argument("--precisions", nargs="+", choices=["fp32", "tf32", "bf16", "fp16"],
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS,
                         default=["fp32", "bf16"])  # fmt: skip
     parser.add_argument("--steps", type=int, default=5, help="steps per client per call")
     parser.add_argument("--repeats", type=int, default=3)

@@ -53,7 +53,7 @@ from benchmarks.precision import cpu_features, matmul_peak
 from benchmarks.training_throughput import step_flops
 from fedsim.config import Scenario, load_scenario, parse_scenario
 from fedsim.learn.data import FederatedDataset
-from fedsim.learn.execution import configure_determinism
+from fedsim.learn.execution import PRECISIONS, configure_determinism
 from fedsim.learn.trainer import Trainer, TrainResult
 from fedsim.runner import build_dataset, build_trainers, run_algorithm
 from fedsim.world import World
@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=None, help="default 5 (or the file's)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=None,
                         help="one run each (default 10 32, or the file's)")  # fmt: skip
-    parser.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default=None,
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help="training.precision (default fp32, or the file's)")  # fmt: skip
     parser.add_argument("--memory-format", choices=["auto", "contiguous", "channels_last"],
                         default=None, help="training.memory_format (default: auto)")  # fmt: skip
