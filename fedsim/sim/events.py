@@ -72,6 +72,7 @@ class EventLog:
         if path is not None:  # open for the whole run, until close()
             self._file = path.open("w", encoding="utf-8")
         self._unflushed_lines = 0
+        self.emitted = 0  # events so far: a reader that saw this count knows nothing happened
         self._next_transfer = 0
         self._open: dict[int, _OpenTransfer] = {}
         self.uplink_bytes = 0
@@ -92,6 +93,7 @@ class EventLog:
 
     def emit(self, kind: str, **fields: object) -> None:
         """Log one event at the clock's time (see the module docstring for kinds and fields)."""
+        self.emitted += 1
         count = self._counters.get(kind)
         if count is not None:
             count(fields)

@@ -50,19 +50,38 @@ class Evaluation:
         self.rounds_completed = 0
         self._participants = 0
         self._last_evaluated_s: float | None = None
+        self._last_measured: tuple[int, list[ClientScore]] | None = None
 
     def every_s(self, env: simpy.Environment) -> Generator[simpy.Event, None, None]:
-        """Process body: measure what the clients use every ``evaluation.every_s``, while
-        anything else may still happen: alone on the clock it would tick for ever, measuring
-        what can no longer change (a run whose every client left, or that waits for messages
-        lost on the way, ``World.run``)."""
+        """Process body: measure what the clients use every ``evaluation.every_s``.
+
+        Only what can have changed is measured again. After a measurement, nothing is logged
+        before the next scheduled event (no training ends, no message arrives, nobody comes or
+        goes), so the ticks before it would measure the same: the cadence wakes at the last of
+        them only, writes the last measurement again there (the curve stays flat up to the
+        change, as a measurement at every tick would draw it), and resumes at its first tick
+        after the event. A model that takes a day to cross a slow link costs two rows, not
+        21,600 evaluations, and alone on the clock the cadence ends (a run whose every client
+        left, or that waits for messages lost on the way, ``World.run``)."""
+        every_s = self.config.every_s
+        tick = 0  # the ticks are at tick x every_s
+        measured_at = None  # the log's event count at the last measurement
         while True:
-            yield env.timeout(self.config.every_s)
-            if self.models is not None:
+            tick += 1
+            yield env.timeout(max(tick * every_s - env.now, 0.0))
+            if self.models is not None and self.log.emitted != measured_at:
                 self._unevaluated = (self.rounds_completed, env.now, self.models)
                 self.evaluate_pending()
-            if env.peek() == math.inf:  # nothing else is scheduled, nor ever will be
+                measured_at = self.log.emitted
+            next_event_s = env.peek()
+            if next_event_s == math.inf:  # nothing else is scheduled, nor ever will be
                 return
+            last_idle = math.ceil(next_event_s / every_s) - 1  # the last tick before it
+            if self.log.emitted == measured_at and last_idle > tick:
+                tick = last_idle
+                yield env.timeout(max(tick * every_s - env.now, 0.0))
+                self._measured_again(env.now)
+                measured_at = self.log.emitted
 
     def round_ended(
         self, round_index: int, time_s: float, params: Models, participants: int
@@ -107,6 +126,16 @@ class Evaluation:
             ClientScore(client=c, group=shards[c].group, correct=r.correct, total=r.total)
             for c, r in zip(clients, results, strict=True)
         ]
+        self._last_measured = (round_index, scores)
+        row = self.recorder.log_evaluation(time_s, round_index, scores, self._participants)
+        self.log.emit("evaluate", round=round_index, accuracy=row["accuracy"])
+
+    def _measured_again(self, time_s: float) -> None:
+        """The last measurement written again at ``time_s``: nothing has changed since."""
+        if self._last_measured is None:
+            return
+        round_index, scores = self._last_measured
+        self._last_evaluated_s = time_s
         row = self.recorder.log_evaluation(time_s, round_index, scores, self._participants)
         self.log.emit("evaluate", round=round_index, accuracy=row["accuracy"])
 
