@@ -172,7 +172,7 @@ def test_a_number_or_auto_fixes_k_and_the_candidates_default(tmp_path):
     [
         ([2, 1], "algorithms[0].variance_batch_candidates[1]: Input should be greater than"),
         ([], "algorithms[0].variance_batch_candidates: List should have at least 1 item"),
-        ([3, 2, 3], "algorithms[0]: variance_batch_candidates: 3 is listed twice"),
+        ([3, 2, 3], "algorithms[0].variance_batch_candidates: 3 is listed twice"),
     ],
 )
 def test_a_bad_candidate_list_is_refused_naming_the_field(tmp_path, candidates, expected):

@@ -46,8 +46,8 @@ MAX_COUNT = 1_000_000  # other whole numbers of things: samples, steps, clusters
 MAX_ROUNDS = 10_000_000  # run.rounds and other counts of rounds
 MAX_SEED = 2**63 - 1
 MAX_THREADS = 1024
-MIN_RATE_MBPS, MAX_RATE_MBPS = 1e-6, 1e6  # 1 bit/s .. 1 Tbit/s
-MAX_LATENCY_S = 3600.0  # a set-up time of an hour is already no wireless link
+MIN_RATE_MBPS, MAX_RATE_MBPS = 1e-4, 1e6  # 100 bit/s .. 1 Tbit/s (the reasons: BOUND_REASONS)
+MAX_LATENCY_S = 60.0  # a transfer's set-up and propagation delay
 MAX_TIME_S = 1e7  # any simulated span (deadline, budget, timeout, schedule): ~116 days
 MAX_COMPUTE_S = 86_400.0  # compute per unit of work (a round, a step or a sample): a day
 MIN_PERIOD_S = 1.0  # shortest availability period: shorter ones only flood the event loop
@@ -61,15 +61,50 @@ MAX_WIDTH = 65_536  # units of a hidden layer
 MAX_SWEEP_RUNS = 1000  # combinations of a sweep (each builds its own world)
 MAX_NAME_LENGTH = 100  # scenario names and labels (they name folders)
 
+# Why the bounds of a simulated quantity lie where they do, said beside the refusal: keyed by
+# the unit a field's name ends with and the bound. A setting past them would make one transfer
+# or computation last longer than any study runs (a model crossing a 1e-300 Mbit/s backhaul in
+# 1e300 s), not a result anyone can use.
+BOUND_REASONS: dict[tuple[str, float], str] = {
+    ("_mbps", MIN_RATE_MBPS): "no radio a model is sent over is slower (LoRa's slowest rate is "
+    "250 bit/s); at 100 bit/s a 100 kB model already takes over 2 hours",
+    ("_mbps", MAX_RATE_MBPS): "1 Tbit/s is faster than any link a client has",
+    ("latency_s", MAX_LATENCY_S): "a transfer's set-up and propagation delay: a geostationary "
+    "satellite hop takes 0.27 s, a cellular attach under a second",
+    ("_s", MAX_TIME_S): "about 116 days, longer than any study simulates",
+    ("_s", MAX_COMPUTE_S): "a day of computing per unit of work (a round, a step or a sample)",
+    ("_dbm", -30.0): "1 µW: no transmitter that reaches a base station radiates less",
+    ("_dbm", 60.0): "1 kW: more than any base station radiates",
+    ("_hz", 1e3): "a band narrower than 1 kHz carries no model in a useful time",
+}
+
 BOOL_NOT_NUMBER = "bool_not_number"  # the error type of a true/false given for a number
+TEXT_NOT_NUMBER = "text_not_number"  # ... of a number given as text ("4", quoted)
 
 
 def _not_a_boolean(value: Any) -> Any:
-    """Refuse YAML's true/false where a number is due: pydantic's lax mode would read them as
-    1 and 0, so that ``rounds: true`` ran one round."""
+    """Refuse YAML's true/false and quoted numbers where a number is due: pydantic's lax mode
+    would read them as numbers, so that ``rounds: true`` ran one round and ``cloud_every: "4"``
+    four. (YAML's unquoted ``1e3`` is a number: the loader reads it as YAML 1.2 does.) Text
+    that is no number passes on, for the unions that also take a word (``vmap_chunk: auto``)."""
     if isinstance(value, bool):
         raise PydanticCustomError(BOOL_NOT_NUMBER, "Input should be a number, not true/false")
+    if isinstance(value, str) and _reads_as_number(value):
+        raise PydanticCustomError(
+            TEXT_NOT_NUMBER,
+            "Input should be a number, not text ('{text}'): write it without quotes",
+            {"text": value},
+        )
     return value
+
+
+_DIGITS = re.compile(r"\s*[-+]?(\d[\d_]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*")
+
+
+def _reads_as_number(text: str) -> bool:
+    """Whether text is a number written in digits (``"4"``, ``"1e3"``; not ``inf``, which is
+    refused as no finite number)."""
+    return _DIGITS.fullmatch(text) is not None
 
 
 # Every number of the schema carries NO_BOOL (tests/test_config.py walks the schema to check).

@@ -16,7 +16,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from fedsim.config.algorithms import ALGORITHMS
-from fedsim.config.base import BOOL_NOT_NUMBER, _not_a_boolean, tag_of
+from fedsim.config.base import (
+    BOOL_NOT_NUMBER,
+    BOUND_REASONS,
+    TEXT_NOT_NUMBER,
+    _not_a_boolean,
+    tag_of,
+)
 from fedsim.config.clients import AVAILABILITIES
 from fedsim.config.compression import CODECS
 from fedsim.config.data import PARTITIONS
@@ -55,12 +61,21 @@ _UNION_TAGS = set(_TAG_MODELS)
 _NO_BOOL_MEMBER = re.compile(rf"function-before\[{_not_a_boolean.__name__}\(\), (.*)\]")
 
 
+# How pydantic names the members of a union that are no model (``vmap_chunk: int | 'auto'``):
+# ``constrained-int``, ``literal['auto']``. A path leaves them out: the user wrote one key.
+_UNION_MEMBER = re.compile(
+    r"(constrained-)?(int|float|str|bool)|literal\[.*\]|(function|lax-or-strict)-?\w*\[.*\]"
+)
+
+
 def _field_path(loc: tuple) -> str:
     path = ""
     for previous, part in zip((None, *loc), loc, strict=False):
         member = _NO_BOOL_MEMBER.fullmatch(part) if isinstance(part, str) else None
         if member is not None:
             part = member.group(1)
+        if isinstance(part, str) and _UNION_MEMBER.fullmatch(part):
+            continue
         if isinstance(part, int):
             path += f"[{part}]"
         elif part in _UNION_TAGS or (previous == "constant" and part in ("value", "value_dbm")):
@@ -265,9 +280,59 @@ def describe(error: dict, root: type[BaseModel]) -> str:
         path, message = _field_path(loc[:-2]), f"key {loc[-2]!r}: {message}"
     if not loc and re.match(r"^[\w.\[\]]+: ", message):
         return message  # a cross-field check that names its own field
+    if re.match(rf"^{re.escape(path)}[.\[][\w.\[\]]*: ", message):
+        return message  # a section's check naming a field inside it by its whole path
+    own = re.match(r"^(\w+): ", message)  # a section's check naming one of its fields
+    section = _model_at(loc, root) if own and error["type"] == "value_error" else None
+    if section is not None and own.group(1) in section.model_fields:
+        return f"{path}.{message}"
     value = error.get("input")
     named = isinstance(value, str) and value in message  # e.g. a file path the message names
     shown = isinstance(value, (int, float, str, bool)) and not named
-    if error["type"] not in ("missing", BOOL_NOT_NUMBER) and shown:  # true/false: said already
+    said = ("missing", BOOL_NOT_NUMBER, TEXT_NOT_NUMBER)  # the message shows the value itself
+    if error["type"] not in said and shown:
         message += f" (got {_shown(value)})"
+    reason = _bound_reason(path, error)
+    if reason is not None:
+        message += f": {reason}"
     return f"{path}: {message}"
+
+
+_BOUND_ERRORS = {"greater_than": "gt", "greater_than_equal": "ge", "less_than": "lt",
+                 "less_than_equal": "le"}  # fmt: skip
+
+
+def _bound_reason(path: str, error: dict) -> str | None:
+    """Why a bound of a simulated quantity is where it is (``BOUND_REASONS``), by the unit of
+    the last key of ``path`` that has one (``uplink_mbps`` of ``uplink_mbps.low``)."""
+    bound = _BOUND_ERRORS.get(error["type"])
+    if bound is None:
+        return None
+    limit = float(error["ctx"][bound])
+    for key in reversed(re.sub(r"\[\d+\]", "", path).split(".")):
+        for (unit, at), reason in sorted(BOUND_REASONS.items(), key=lambda r: -len(r[0][0])):
+            if key.endswith(unit) and at == limit:
+                return reason
+    return None
+
+
+def describe_all(errors: Sequence[dict], root: type[BaseModel]) -> list[str]:
+    """Every pydantic error as ``field.path: reason``, the alternatives of one union said as
+    one line (``vmap_chunk: Input should be greater than 0, or 'auto' (got -3)``)."""
+    lines: dict[str, list[str]] = {}
+    for error in errors:
+        path, _, reason = describe(error, root).partition(": ")
+        lines.setdefault(path, []).append(reason)
+    return [f"{path}: {_one_of(reasons)}" for path, reasons in lines.items()]
+
+
+def _one_of(reasons: list[str]) -> str:
+    """Reasons of one field joined: the value said once, at the end."""
+    if len(reasons) == 1:
+        return reasons[0]
+    got = re.compile(r" \(got .*\)$")
+    found = [got.search(reason) for reason in reasons]
+    tail = next((m.group(0) for m in found if m is not None), "")
+    bare = [got.sub("", reason) for reason in reasons]
+    rest = [reason.removeprefix("Input should be ") for reason in bare[1:]]
+    return ", or ".join([bare[0], *rest]) + tail

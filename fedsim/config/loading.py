@@ -13,8 +13,8 @@ import yaml
 from pydantic import ValidationError
 
 from fedsim.config.base import ScenarioError
-from fedsim.config.errors import key_outside_schema
-from fedsim.config.scenario import Scenario, _describe
+from fedsim.config.errors import describe_all, key_outside_schema
+from fedsim.config.scenario import Scenario
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -43,6 +43,16 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.2 reads ``1e3`` and ``2.5E-4`` as numbers; PyYAML (YAML 1.1) reads them as text unless
+# they have a dot and a signed exponent. Numbers given as text are refused (``"4"`` quoted), so
+# the loader reads every number as YAML 1.2 does.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     if data is None:
         raise ScenarioError(source, ["(top level): the scenario is empty"])
@@ -53,7 +63,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as error:
-        raise ScenarioError(source, [_describe(e) for e in error.errors()]) from None
+        raise ScenarioError(source, describe_all(error.errors(), Scenario)) from None
 
 
 def apply_overrides(data: Any, overrides: Sequence[str]) -> Any:
@@ -161,7 +171,7 @@ def load_scenario(
     except ValueError as error:  # e.g. an integer of more than 4300 digits
         raise ScenarioError(str(path), [f"invalid YAML: {error}"]) from None
     flags = flags or {}
-    given = ([f"--set {' '.join(overrides)}"] if overrides else []) + list(flags)
+    given = [f"--set {override}" for override in overrides] + list(flags)  # as typed
     source = str(path) + (f" with {' '.join(given)}" if given else "")
     return parse_scenario(apply_overrides(data, [*overrides, *flags.values()]), source)
 

@@ -23,12 +23,14 @@ from fedsim.config.base import (
     NO_BOOL,
     BandwidthHz,
     PowerDbm,
+    RateMbps,
     _Strict,
     read_now_by,
     tagged_union,
 )
 from fedsim.config.laws import ConstantDbm, PowerLaw
 from fedsim.sim.readers import read_positions, sionna_tables_folder, sionna_version
+from fedsim.sim.scheduler import prb_hz
 
 
 class MacroPathLoss(_Strict):
@@ -434,7 +436,7 @@ class CellsConfig(_Strict):
     )
     interference: bool = True
     handover_hysteresis_db: Annotated[float, Field(ge=0, le=30), NO_BOOL] = 3.0
-    backhaul_mbps: Annotated[float, Field(gt=0, le=1e6), NO_BOOL] = Field(
+    backhaul_mbps: RateMbps = Field(
         default=1000.0, description="each site's link to the server (the cloud), each way"
     )
     backhaul_latency_s: Annotated[float, Field(ge=0, le=10), NO_BOOL] = 0.005
@@ -581,6 +583,22 @@ class RadioConfig(_Strict):
                 + ", ".join(f"{k} ({v} kHz)" for k, v in numerologies.items())
                 + ": one numerology for the band"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _bands_hold_a_prb(self) -> RadioConfig:
+        """Where the band is cut into PRBs (link harq, a PRB scheduler), each band holds one:
+        found here, naming the field, not as a failed run."""
+        if self.link.model != "harq" and not isinstance(self.uplink_sharing, PrbScheduling):
+            return self
+        width_hz = prb_hz(self.subcarrier_spacing_khz)
+        for name in ("uplink_bandwidth_hz", "downlink_bandwidth_hz", "d2d_bandwidth_hz"):
+            if getattr(self, name) < width_hz:
+                raise ValueError(
+                    f"{name}: {getattr(self, name):g} Hz cannot hold one PRB of {width_hz:g} Hz "
+                    f"(12 subcarriers of {self.subcarrier_spacing_khz} kHz): at least "
+                    f"{width_hz:g} Hz where the band is cut into PRBs"
+                )
         return self
 
     @property

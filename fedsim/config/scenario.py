@@ -437,6 +437,30 @@ class Scenario(_Strict):
                 ) from None
         return variants
 
+    def settings(self, unit: str) -> dict[str, float]:
+        """Every number set in a field whose name ends with ``unit`` (``_s``, ``_mbps``), by its
+        path (``algorithms[0].deadline_s``): what a stop message can name as the cause."""
+        found: dict[str, float] = {}
+
+        def walk(node: Any, path: str) -> None:
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    inner = f"{path}.{key}" if path else str(key)
+                    if key == "value" and isinstance(value, (int, float)):
+                        inner = path  # a constant law: the number the user wrote there
+                    walk(value, inner)
+            elif isinstance(node, list):
+                for index, value in enumerate(node):
+                    walk(value, f"{path}[{index}]")
+            elif isinstance(node, (int, float)) and not isinstance(node, bool):
+                *_, parent, key = ["", *path.split(".")]
+                own = key.endswith(unit) and not key.endswith("_per_s")  # rate_per_s: no span
+                if own or (key in ("low", "median") and parent.endswith(unit)):
+                    found[path] = float(node)
+
+        walk(self.model_dump(mode="json", exclude={"sweep"}), "")
+        return found
+
     def results_dir(self) -> Path:
         return self.output.dir / self.name
 
