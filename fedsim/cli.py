@@ -25,6 +25,7 @@ from fedsim.config import (
     parse_scenario,
 )
 from fedsim.results.files import COLLABORATION_FILE, SUMMARY_FILE
+from fedsim.results.places import file_problem, folder_problem, tree_problem
 from fedsim.sim.event_check import check_events, format_report, not_an_events_file
 
 EXIT_BAD_INPUT = 2
@@ -35,6 +36,12 @@ THREADS_ENV_VAR = "FEDSIM_THREADS"
 
 
 def _report(error: ScenarioError) -> int:
+    """``error: <source>:`` and a problem per line; where every problem names the source
+    already (``--workers: ...``), the problems alone, each as an ``error:`` line."""
+    if all(problem.startswith(error.source) for problem in error.problems):
+        for problem in error.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(f"error: {error.source}:", file=sys.stderr)
     for problem in error.problems:
         print(f"  {problem}", file=sys.stderr)
@@ -59,32 +66,11 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _results_problems(scenario: Scenario, source: str = "output.dir") -> list[str]:
-    """The results folder (``<output.dir>/<name>``, per sweep point) must be a folder or be
-    creatable: no file may stand there or where a folder above it goes."""
-    folders = dict.fromkeys(variant.results_dir() for variant in scenario.variants())
-    problems = dict.fromkeys(_folder_problem(folder) for folder in folders)
-    return [f"{source}: {p} (results go to <output.dir>/<name>)" for p in problems if p]
-
-
-def _folder_problem(path: Path) -> str | None:
-    """Why no folder can be made at ``path`` (a file stands there, or where a folder above it
-    goes); None if it is a folder or can be made."""
-    for place in (path, *path.parents):
-        if place.is_dir():
-            return None
-        if place.exists():
-            inside = "" if place == path else f", so the folder {path} cannot be made"
-            return f"{place} is a file, not a folder{inside}"
-    return None
-
-
-def _file_problem(flag: str, path: Path) -> str | None:
-    """Why ``path`` cannot be written as a file: it is a folder, or its folder is missing."""
-    if path.is_dir():
-        return f"{flag}: {path} is a folder, not a file"
-    if not path.parent.is_dir():
-        return f"{flag}: no folder {path.parent} to write into"
-    return None
+    """The results folder (``<output.dir>/<name>``) must be a folder, or be creatable, and take
+    files, and so must the run folders of this study that are there already."""
+    labels = [algorithm.run_label for v in scenario.variants() for algorithm in v.algorithms]
+    problem = tree_problem(scenario.results_dir(), labels)
+    return [] if problem is None else [f"{source}: {problem} (results go to <output.dir>/<name>)"]
 
 
 def _data_problems(scenario: Scenario, with_files: bool) -> list[str]:
@@ -129,16 +115,16 @@ def _override(scenario: Scenario, section: str, key: str, value: object, source:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fedsim import study  # torch: only to train
-
     scenario = _with_threads(load_scenario(args.file, args.set), args)
     if args.output is not None:
         output = scenario.output.model_copy(update={"dir": args.output})
         scenario = scenario.model_copy(update={"output": output})
     source = "output.dir" if args.output is None else "--output"
-    problems = _results_problems(scenario, source)
+    problems = _results_problems(scenario, source) + _data_problems(scenario, with_files=False)
     if problems:
-        raise ScenarioError(source, problems)
+        raise ScenarioError(str(args.file), problems)
+    from fedsim import study  # torch (seconds to import): once the input is known to be good
+
     study.terminate_as_interrupt()
     results_dir = scenario.results_dir()
     try:
@@ -201,15 +187,16 @@ def _summary_line(summary: dict) -> str:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from fedsim.budget import budget_algorithm, event_load_warnings, format_budgets  # torch
-    from fedsim.runner import build_dataset, build_trainers, select_algorithms  # torch
-    from fedsim.study import Progress  # the display of `fedsim run`'s studies (torch)
-
-    problem = None if args.json is None else _file_problem("--json", args.json)
+    problem = None if args.json is None else file_problem(args.json)
     if problem is not None:
-        raise ScenarioError("--json", [problem])
+        raise ScenarioError("--json", [f"--json: {problem}"])
     rounds = {} if args.rounds is None else {f"--rounds {args.rounds}": f"run.rounds={args.rounds}"}
     scenario = load_scenario(args.file, args.set, rounds)  # --set checked with --rounds applied
+    # torch, seconds to import: once the input is known to be good
+    from fedsim.budget import budget_algorithm, event_load_warnings, format_budgets  # torch
+    from fedsim.runner import build_dataset, build_trainers, select_algorithms  # torch
+    from fedsim.study import Progress  # torch (the display of `fedsim run`'s studies)
+
     runs = [(variant, select_algorithms(variant, args.only)) for variant in scenario.variants()]
     for line in dict.fromkeys(line for variant, _ in runs for line in event_load_warnings(variant)):
         print(line, file=sys.stderr)
@@ -234,7 +221,8 @@ def _budget(args: argparse.Namespace) -> int:
                 display.done(label)
     finally:
         display.close()
-    model_bytes = trainers[0].num_params * scenario.system.network.precision_bits // 8
+    largest = max(trainer.num_params for trainer in trainers)  # a mix: its largest model
+    model_bytes = largest * scenario.system.network.precision_bits // 8
     print(format_budgets(scenario, budgets, model_bytes))
     for line in skipped:
         print(line)
@@ -263,13 +251,22 @@ def _plot(args: argparse.Namespace) -> int:
     from analysis.weights import plot_collaboration_figures  # matplotlib: only to draw
 
     out = args.out or (args.dirs[0] if len(args.dirs) == 1 else Path("."))
-    problem = _folder_problem(out)
+    problem = folder_problem(out)
     if problem is not None:
         return _report(ScenarioError("plot", [f"--out: {problem}"]))
     left_out: list[Path] = []
     try:
         runs = find_runs(args.dirs, left_out)
         _say_left_out(left_out)
+        # without --out, a run's collaboration figures go into its own folder
+        unwritable = [] if args.out is not None else [
+            f"{run.path}: {refused}"
+            for run in runs
+            if (run.path / COLLABORATION_FILE).is_file()
+            and (refused := folder_problem(run.path)) is not None
+        ]  # fmt: skip
+        if unwritable:
+            return _report(ScenarioError("plot", unwritable))
         written = plot_runs(runs, out, args.target)  # first: it refuses mixed seed groups
         collaborative = [run for run in runs if (run.path / COLLABORATION_FILE).is_file()]
         written += [
@@ -324,9 +321,9 @@ def _compare(args: argparse.Namespace) -> int:
     written to --out."""
     from analysis import compare_rows, find_runs, format_table  # matplotlib (analysis)
 
-    problem = None if args.out is None else _file_problem("--out", args.out)
+    problem = None if args.out is None else file_problem(args.out)
     if problem is not None:
-        return _report(ScenarioError("compare", [problem]))
+        return _report(ScenarioError("compare", [f"--out: {problem}"]))
     left_out: list[Path] = []
     try:
         runs = find_runs(args.dirs, left_out)

@@ -69,7 +69,9 @@ def build_dataset(scenario: Scenario, *, timing_only: bool = False) -> Federated
             group_sizes=tuple(shift.sizes) if shift and shift.sizes else None,
         )
     except (OSError, ValueError) as error:
-        raise ScenarioError("dataset", [f"dataset: {error}"]) from None
+        said = str(error)  # the data's own checks name their field already
+        problem = said if said.startswith(("dataset.", "dataset:")) else f"dataset: {said}"
+        raise ScenarioError("dataset", [problem]) from None
 
 
 def require_a_sample_per_client(scenario: Scenario) -> None:
