@@ -82,7 +82,8 @@ def plot_energy_per_client(runs: Sequence[Run], out_path: Path) -> Path:
     ax.set_ylabel("Energy spent (J)")
     ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    if ax.lines:  # a run cut before it measured any energy draws nothing
+        ax.legend(fontsize="small")
     figure.suptitle("Energy per client")
     return style.save(figure, out_path)
 

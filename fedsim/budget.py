@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import simpy
 
 from fedsim.algorithms import ALGORITHMS
 from fedsim.config import AlgorithmConfig, HierFavgConfig, Scenario, SyncServerConfig
@@ -19,8 +20,9 @@ from fedsim.learn.data import FederatedDataset
 from fedsim.learn.trainer import Trainer
 from fedsim.results.files import BREAKDOWN
 from fedsim.results.recorder import Recorder
+from fedsim.streams import RandomStreams
 from fedsim.world import World
-from fedsim.world.network import cell_grid, fading_block_s, rate_distribution
+from fedsim.world.network import build_radio, cell_grid, fading_block_s, rate_distribution
 from fedsim.world.tasks import CUT_AT
 from fedsim.world.world import ProgressCallback
 
@@ -365,9 +367,16 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
         "up_MB/rnd", "down_MB/rnd", "d2d_MB/rnd", "up_tx/rnd", "down_tx/rnd", "d2d_tx/rnd",
         "delivered_MB", "retx_MB", "cut_MB", "on_air_MB", "wasted",
     )  # fmt: skip
+    shares = scenario.model.architectures
+    models = (
+        f"model {shares[0].name} ({model_bytes:,} bytes per model message)"
+        if len(shares) == 1
+        else "models "
+        + ", ".join(f"{share.name} {share.fraction:.0%}" for share in shares)
+        + f" ({model_bytes:,} bytes per message of the largest)"
+    )
     lines = [
-        f"scenario {scenario.name}: {scenario.clients.count} clients, model "
-        f"{scenario.model.name} ({model_bytes:,} bytes per model message)",
+        f"scenario {scenario.name}: {scenario.clients.count} clients, {models}",
         "",
         f"{'time per round':>{name_width}} " + " ".join(f"{c:>13}" for c in time_columns),
     ]
@@ -643,6 +652,8 @@ def _energy_lines(budgets: list[Budget], name_width: int) -> list[str]:
 
 HEAVY_RATIO = 10  # a setting this many times finer than the channel needs...
 HEAVY_WORK_PER_S = 10_000  # ...and this much work per simulated second: a warning
+REFERENCE_MODEL_BITS = 8 * 100_000  # a 100 kB model: what the slow-uplink warning times
+MANY_BLOCKS = 100_000  # fading blocks in one such upload: each an event, a warning
 POSITION_STEP_M = 1.0  # a position per metre walked tracks path loss and shadowing, which
 # change over tens of metres (TR 38.901 Table 7.5-6: shadowing decorrelates over 10-50 m)
 
@@ -680,6 +691,9 @@ def event_load_warnings(scenario: Scenario) -> list[str]:
                 f"{block_s:g} s; leave period_s out (the fading block) unless scheduling within "
                 "a block is what you study"
             )
+    slow = _weakest_uplink_warning(scenario, block_s)
+    if slow is not None:
+        warnings.append(slow)
     mobility = radio.mobility
     if mobility is not None:
         step_m = mobility.speed_mps * mobility.update_s
@@ -703,3 +717,34 @@ def event_load_warnings(scenario: Scenario) -> list[str]:
                 "tracks the path loss as well"
             )
     return warnings
+
+
+def _weakest_uplink_warning(scenario: Scenario, block_s: float) -> str | None:
+    """A warning where the weakest client's uplink, alone on the band and without fading (its
+    best case), needs more than ``MANY_BLOCKS`` fading blocks for a 100 kB model: the channel
+    changes, and the event model works, once per block of every such upload, so the run takes
+    long though nothing is wrong with it. The clients are placed as the run places them. (The
+    harq link sends nothing below MCS 0, and ends such an upload as a radio link failure.)"""
+    radio_config = scenario.system.radio
+    if radio_config is None or radio_config.fading.model == "none":
+        return None
+    if radio_config.link.model == "harq":  # below MCS 0 no block is sent: a link failure
+        return None
+    clients = scenario.clients.total
+    radio = build_radio(radio_config, simpy.Environment(), RandomStreams(scenario.seed), clients)
+    bandwidth_hz = radio_config.uplink_bandwidth_hz
+    weakest = int(np.argmin(radio.mean_snr_db(bandwidth_hz)))
+    rate_bps = radio.nominal_rate_bps(False, [weakest], bandwidth_hz)
+    if rate_bps <= 0 or REFERENCE_MODEL_BITS / rate_bps < MANY_BLOCKS * block_s:
+        return None  # no rate: an outage, which its link model ends
+    upload_s = REFERENCE_MODEL_BITS / rate_bps
+    x_m, y_m = radio.position_m(weakest)
+    return (
+        f"warning: system.radio: the weakest client's uplink (client {weakest}, "
+        f"{math.hypot(x_m, y_m):,.0f} m from the centre, mean SNR "
+        f"{float(radio.mean_snr_db(bandwidth_hz)[weakest]):.1f} dB on "
+        f"uplink_bandwidth_hz = {bandwidth_hz:g}) carries {rate_bps:.3g} bit/s at best: a "
+        f"100 kB model takes {upload_s:.3g} s, {upload_s / block_s:.3g} fading blocks of "
+        f"{block_s:g} s, and the event model works once per block: the run will take long; "
+        "raise tx_power_dbm, or bring cell_radius_m (or the sites) closer"
+    )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Mapping
 
 import simpy
 from simpy.core import EmptySchedule, StopSimulation
@@ -35,6 +36,32 @@ class ClockStuck(RuntimeError):
             "takes no time at all (system.compute of 0 s and nothing to send), makes a loop "
             "spin: check the algorithm's deadline_s and timeouts and system.compute"
         )
+
+    def naming(
+        self, durations_s: Mapping[str, float], rates_mbps: Mapping[str, float], horizon_s: float
+    ) -> str:
+        """The message led by the settings that can have stopped the clock: with the clock
+        past ``horizon_s`` (the longest span a scenario sets), the slowest rates set (a transfer
+        that took that long put the clock where no span advances it); else the spans set shorter
+        than the clock resolves at its time (a timeout of 1e-12 s at t = 1e5 s adds nothing)."""
+        if self.time_s > horizon_s and rates_mbps:
+            slowest = sorted(rates_mbps.items(), key=lambda item: item[1])[:3]
+            named = ", ".join(f"{name} = {mbps:g} Mbps" for name, mbps in slowest)
+            return (
+                f"{slowest[0][0]}: the clock reached t = {self.time_s:g} s, past the longest "
+                f"span a scenario sets ({horizon_s:g} s), so a transfer or computation took that "
+                f"long; the slowest rates set: {named}; {self}"
+            )
+        resolution_s = math.ulp(self.time_s)
+        short = {name: s for name, s in durations_s.items() if 0 < s < resolution_s}
+        if short:
+            named = ", ".join(f"{name} = {s:g} s" for name, s in short.items())
+            first = next(iter(short))
+            return (
+                f"{first}: shorter than the clock resolves at t = {self.time_s:g} s "
+                f"({resolution_s:.2g} s): {named}; {self}"
+            )
+        return str(self)
 
 
 class EventLimit(RuntimeError):

@@ -37,7 +37,7 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.config import AlgorithmConfig, Scenario, ScenarioError
+from fedsim.config import MAX_TIME_S, AlgorithmConfig, Scenario, ScenarioError
 from fedsim.config.algorithms import SelectionConfig
 from fedsim.learn.data import ClientShard, FederatedDataset, build_public_set
 from fedsim.learn.trainer import Distillation, Trainer, TrainResult
@@ -209,7 +209,9 @@ class World:
         try:
             clock.run(self.env, stop, actors=len(self.clients), max_events=max_events)
         except clock.ClockStuck as stuck:
-            raise ScenarioError(self.algorithm.run_label, [str(stuck)]) from None
+            settings = self.scenario.settings
+            named = stuck.naming(settings("_s"), settings("_mbps"), MAX_TIME_S)
+            raise ScenarioError(self.algorithm.run_label, [named]) from None
         except RuntimeError as error:  # nothing left to happen (e.g. every client left)
             if "No scheduled events left" not in str(error):
                 raise
