@@ -12,16 +12,25 @@ once per run, as the HFL literature varies it.
 
 A client whose edge is not its serving site is relayed: its site and the edge's exchange its
 traffic over the backhaul (up to the core and down), as ``fedsim.sim.network`` does.
+
+``EdgeServers`` is the part of the World an edge speaks through: where the edge servers sit,
+their clients by the run's association, and the backhaul between them and the cloud.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Generator, Sequence
 from typing import Protocol
 
 import numpy as np
+import simpy
+import torch
 
+from fedsim.results.recorder import Recorder
+from fedsim.sim.network import Network
 from fedsim.sim.radio import Radio
+from fedsim.world.tasks import Rounds
 
 
 class Association(Protocol):
@@ -96,3 +105,62 @@ def site_distances_m(radio: Radio, clients: list[int], now_s: float) -> np.ndarr
 
 
 ASSOCIATIONS = {"serving_cell": ServingCell, "nearest_site": NearestSite, "balanced": Balanced}
+
+
+class EdgeServers:
+    """The World's primitives of hierarchical FL (a part of ``World``, which sets what it
+    reads): the sites, each edge's clients, the edges' models over the backhaul."""
+
+    env: simpy.Environment
+    network: Network
+    present: set[int]
+    recorder: Recorder
+    _rounds: Rounds
+    _associations: dict[str, Association]
+
+    @property
+    def sites(self) -> list[int]:
+        """The base-station sites, where edge servers sit: every site of the cells, or the
+        one base station (site 0, where the server is when there are no cells)."""
+        radio = self.network.radio
+        return list(range(radio.num_sites)) if self.network.backhaul is not None else [0]
+
+    def association(self, rule: str) -> Association:
+        """The run's association of clients to edge servers by ``rule`` (``ASSOCIATIONS``)."""
+        association = self._associations.get(rule)
+        if association is None:
+            association = self._associations[rule] = ASSOCIATIONS[rule](self.network.radio)
+        return association
+
+    def edge_members(self, rule: str = "serving_cell") -> dict[int, list[int]]:
+        """Each site's present clients now by the association ``rule``, ascending (without
+        cells, every present client at site 0)."""
+        present = sorted(self.present)
+        if self.network.backhaul is None:
+            return {0: present}
+        return self.association(rule).members(present, self.env.now)
+
+    def edge_destination(self, rule: str, client: int, selected_by: int) -> int:
+        """The edge a client's update goes to now, selected by the edge at ``selected_by``
+        (``fedsim.world.edges``; site 0 without cells)."""
+        if self.network.backhaul is None:
+            return 0
+        return self.association(rule).destination(client, selected_by, self.env.now)
+
+    def over_backhaul(
+        self, sites: Sequence[int], *tensors: torch.Tensor, up: bool
+    ) -> Generator[simpy.Event, None, None]:
+        """Process body: each of the sites sends tensors of these sizes to the cloud (``up``),
+        or the cloud sends them to each site, over the backhaul, all at once, as they are (at
+        the scenario's precision; codecs are for the radio). Nothing to send without cells:
+        the one edge server is where the cloud is."""
+        backhaul = self.network.backhaul
+        if backhaul is not None and sites:
+            nbytes = self.payload_bytes(*tensors)
+            started_s = self.env.now
+            yield from backhaul.send(sites, nbytes, up=up, round_index=self.round_index)
+            self._rounds.stats.backhaul_s += self.env.now - started_s
+
+    def note_cloud_round(self) -> None:
+        """The cloud aggregated the edge servers' models (metrics count it)."""
+        self.recorder.cloud_rounds += 1

@@ -5,8 +5,11 @@ Algorithms speak only through these primitives, each of which reads like a step 
 protocol: ``select_clients``, ``send_down`` a model, ``train`` on local data (which takes the
 device's compute time), ``upload`` the result, ``gather`` what arrived under the server's
 policy, ``end_round``. Time comes from the system model, bytes from the tensors actually
-sent, never from how long PyTorch took on this machine. The parts live beside this file:
-the devices and their queue (``devices``), the batched trainings (``training``), evaluation
+sent, never from how long PyTorch took on this machine. The primitives come in parts, each
+a class of its own module that ``World`` combines: the server's round (``server``: select,
+start tasks, gather), what goes on the air (``transfers``) and the edge servers of
+hierarchical FL (``edges``). The parts it is built from live beside this file too: the
+devices and their queue (``devices``), the batched trainings (``training``), evaluation
 (``evaluation``), tasks (``tasks``), the selection policies (``selection``), and what is
 built from the scenario: the network (``network``), the energy model (``energy``) and who is
 present (``presence``).
@@ -20,18 +23,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import (
-    Callable,
-    Collection,
-    Generator,
-    Iterable,
-    Iterator,
-    Mapping,
-    Sequence,
-)
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -46,19 +39,20 @@ from fedsim.results.recorder import Recorder
 from fedsim.sim import clock, readers
 from fedsim.sim.compute import CpuCycles, device_speeds
 from fedsim.sim.events import EventLog
-from fedsim.sim.topology import neighbours
 from fedsim.streams import RandomStreams
 from fedsim.world.aircomp import OverTheAir
-from fedsim.world.compression import SERVER, Compression
+from fedsim.world.compression import Compression
 from fedsim.world.devices import Devices
-from fedsim.world.edges import ASSOCIATIONS, Association
+from fedsim.world.edges import Association, EdgeServers
 from fedsim.world.energy import DeviceEnergy
 from fedsim.world.evaluation import Evaluation, Models
 from fedsim.world.network import build_network, write_radio_files
 from fedsim.world.presence import Presence
-from fedsim.world.selection import ChannelReport, ChannelReports, Policy, build_policy
-from fedsim.world.tasks import CANCELLED, Rounds, Task, Tasks, interrupt
+from fedsim.world.selection import ChannelReports, Policy
+from fedsim.world.server import ServerPolicy
+from fedsim.world.tasks import Rounds, Tasks
 from fedsim.world.training import QueuedTraining, TrainingQueue
+from fedsim.world.transfers import Transfers
 
 ProgressCallback = Callable[[int, float], None]
 """Called with (round, simulated time) after every round."""
@@ -71,14 +65,7 @@ class Client:
     speed: float  # compute time is divided by this (device class and straggler slowdown)
 
 
-class Downlink(NamedTuple):
-    """A transmission of the base station: when each client has it, and what it decodes."""
-
-    arrivals: dict[int, simpy.Event]
-    received: tuple[torch.Tensor, ...]
-
-
-class World:
+class World(ServerPolicy, Transfers, EdgeServers):
     """One algorithm's run on the scenario's world: same clients, links and draws for all."""
 
     def __init__(
@@ -288,130 +275,6 @@ class World:
         """The round under way (None before the first)."""
         return self._rounds.index
 
-    def select_clients(
-        self,
-        fraction: float,
-        over_selection: float = 0.0,
-        selection: SelectionConfig | None = None,
-        *,
-        by_size: bool = False,
-        among: Collection[int] | None = None,
-    ) -> Generator[simpy.Event, object, list[int]]:
-        """Process body: wait until someone is online, then pick among the online clients.
-
-        The server sees who has checked in (online) when it selects; it wants
-        max(1, round(fraction * present)) updates and over-selects by ``over_selection``.
-        It samples them uniformly (``by_size``: without replacement with probability ∝ local
-        training size), or by the ``selection`` policy (``fedsim.world.selection``).
-        ``among``: an edge server's clients (``edge_members``): it picks among those online
-        (none when none is) and wants that fraction of those present.
-        """
-        candidates = yield from self.online_clients()
-        if among is not None:
-            members = set(among)  # an edge's clients: a lookup per candidate
-            candidates = [c for c in candidates if c in members]
-            if not candidates:
-                return []
-        wanted = self.wanted_updates(fraction, among)
-        count = min(len(candidates), math.ceil(wanted * (1 + over_selection)))
-        if selection is not None and selection.policy != "random":
-            return self._policy(selection).choose(candidates, count)
-        sizes = np.array([self.num_train(c) for c in candidates], dtype=float) if by_size else None
-        chosen = self.sampling_rng.choice(
-            candidates, size=count, replace=False, p=None if sizes is None else sizes / sizes.sum()
-        )
-        return sorted(int(c) for c in chosen)
-
-    def _policy(self, selection: SelectionConfig) -> Policy:
-        """The policy's state for this run (built at its first selection)."""
-        policy = self._policies.get(selection)
-        if policy is None:
-            report = partial(self.channel_report, report_period_s=selection.report_period_s)
-            policy = build_policy(selection.policy, self.sampling_rng, report)
-            self._policies[selection] = policy
-        return policy
-
-    def channel_report(self, client: int, report_period_s: float | None = None) -> ChannelReport:
-        """What the base station knows of the client's uplink now: the SNR of the pilot it
-        answers a call with, or (``report_period_s``) of its last periodic report."""
-        reports = self._channel_reports.get(report_period_s)
-        if reports is None:
-            if self.network.radio is None:
-                raise ValueError("no channel to report: add a system.radio section")
-            reports = ChannelReports(self.network.radio, report_period_s)
-            self._channel_reports[report_period_s] = reports
-        return reports.report(client, self.env.now)
-
-    def online_clients(self) -> Generator[simpy.Event, object, list[int]]:
-        """Process body: the present clients online now that may take part, ascending (waits
-        for the first). With batteries, a client below ``min_fraction`` may not."""
-        while not (eligible := self._eligible()):
-            offline = [c for c in self.present if c not in self.online]
-            yield self.env.any_of([self.until_online(c) for c in offline] or [self.env.event()])
-        return eligible
-
-    def _eligible(self) -> list[int]:
-        if self.energy is None:
-            return sorted(self.online)
-        return [c for c in sorted(self.online) if self.energy.can_take_part(c)]
-
-    def wanted_updates(self, fraction: float, among: Collection[int] | None = None) -> int:
-        """How many updates a round asks for: max(1, round(fraction * present clients)), of
-        an edge server's present clients (``among``), 0 when it has none."""
-        if among is None:
-            return max(1, round(fraction * len(self.present)))
-        present = sum(1 for c in among if c in self.present)
-        return max(1, round(fraction * present)) if present else 0
-
-    # --- edge servers (hierarchical FL) ---
-
-    @property
-    def sites(self) -> list[int]:
-        """The base-station sites, where edge servers sit: every site of the cells, or the
-        one base station (site 0, where the server is when there are no cells)."""
-        radio = self.network.radio
-        return list(range(radio.num_sites)) if self.network.backhaul is not None else [0]
-
-    def association(self, rule: str) -> Association:
-        """The run's association of clients to edge servers by ``rule`` (``ASSOCIATIONS``)."""
-        association = self._associations.get(rule)
-        if association is None:
-            association = self._associations[rule] = ASSOCIATIONS[rule](self.network.radio)
-        return association
-
-    def edge_members(self, rule: str = "serving_cell") -> dict[int, list[int]]:
-        """Each site's present clients now by the association ``rule``, ascending (without
-        cells, every present client at site 0)."""
-        present = sorted(self.present)
-        if self.network.backhaul is None:
-            return {0: present}
-        return self.association(rule).members(present, self.env.now)
-
-    def edge_destination(self, rule: str, client: int, selected_by: int) -> int:
-        """The edge a client's update goes to now, selected by the edge at ``selected_by``
-        (``fedsim.world.edges``; site 0 without cells)."""
-        if self.network.backhaul is None:
-            return 0
-        return self.association(rule).destination(client, selected_by, self.env.now)
-
-    def over_backhaul(
-        self, sites: Sequence[int], *tensors: torch.Tensor, up: bool
-    ) -> Generator[simpy.Event, None, None]:
-        """Process body: each of the sites sends tensors of these sizes to the cloud (``up``),
-        or the cloud sends them to each site, over the backhaul, all at once, as they are (at
-        the scenario's precision; codecs are for the radio). Nothing to send without cells:
-        the one edge server is where the cloud is."""
-        backhaul = self.network.backhaul
-        if backhaul is not None and sites:
-            nbytes = self.payload_bytes(*tensors)
-            started_s = self.env.now
-            yield from backhaul.send(sites, nbytes, up=up, round_index=self.round_index)
-            self._rounds.stats.backhaul_s += self.env.now - started_s
-
-    def note_cloud_round(self) -> None:
-        """The cloud aggregated the edge servers' models (metrics count it)."""
-        self.recorder.cloud_rounds += 1
-
     def initial_params(self, client: int | None = None) -> torch.Tensor:
         """The same initial model for every algorithm of the scenario (a fair start).
 
@@ -425,162 +288,6 @@ class World:
         if self.evaluation.models is None and client is None:
             self.evaluation.models = params
         return params
-
-    def payload_bytes(self, *tensors: torch.Tensor) -> int:
-        """Bytes on the air for these tensors sent as they are, at the scenario's precision."""
-        return self.compression.raw_bytes(tensors)
-
-    def uploaded_bytes(self, client: int, *tensors: torch.Tensor) -> int:
-        """Bytes of the client's last upload, which carried these tensors (as encoded)."""
-        if self.compression.active or self.air is not None:
-            return self._uploaded_bytes[client]
-        return self.payload_bytes(*tensors)
-
-    def model_message_bytes(self, direction: str) -> int:
-        """Bytes of one model message in ``direction`` ("uplink", "downlink") as its codec
-        encodes it (an update of the model's shape, on the uplink)."""
-        return self.compression.model_message_bytes(direction, self.trainer.num_params)
-
-    def send_down(
-        self, clients: Sequence[int], *tensors: torch.Tensor, site: int | None = None
-    ) -> Downlink:
-        """The base station sends the same payload to a group: per-client arrival events, and
-        the tensors as the clients decode them (the same, without a downlink codec). From
-        the server, or from the edge server at ``site`` (with cells; without, the edge
-        server is the server), relayed to the clients another site serves.
-
-        A client that is offline when the transmission ends misses it: its event never fires.
-        """
-        nbytes, received = self.compression.send("downlink", SERVER, tensors)
-        from_site = site if self.network.backhaul is not None else None
-        arrivals = self.network.send_down(clients, nbytes, site=from_site)
-        decode_s = self.compression.codec_s(self.compression.coded_numel(tensors), "downlink")
-        for client, arrival in arrivals.items():
-            arrival.callbacks.append(partial(self._note_downlink, client, decode_s))
-        return Downlink(arrivals, received)
-
-    def _note_downlink(self, client: int, decode_s: float, arrival: simpy.Event) -> None:
-        """Charge a model that reached the client before it computes to its timed task; its
-        device decodes it (``decode_s``) before its next training."""
-        if arrival.ok and decode_s:
-            self._to_decode[client] = decode_s
-        task = self.tasks.timed.get(client)
-        if arrival.ok and task is not None and task.compute_started_s is None:
-            queued_s, air_s = arrival.value
-            task.downlink_queue_s += queued_s
-            task.downlink_s += air_s
-
-    def _codec_work(self, client: int, seconds: float) -> Generator[simpy.Event, None, None]:
-        """Process body: the client's device encodes or decodes for ``seconds`` (compute time
-        of its timed task)."""
-        if seconds:
-            yield self.env.timeout(seconds)
-            task = self.tasks.timed.get(client)
-            if task is not None:
-                task.compute_s += seconds
-
-    def upload(
-        self,
-        client: int,
-        *tensors: torch.Tensor,
-        reference: torch.Tensor | None = None,
-        to_edge: int | None = None,
-    ) -> Generator[simpy.Event, None, tuple[torch.Tensor, ...]]:
-        """Process body: the client sends these tensors to the base station; returns them as
-        the server decodes them (the same, without an uplink codec). ``to_edge``: to the edge
-        server at that site instead of the cloud (relayed when another site serves it).
-
-        ``reference``: the model the client received, when the first tensor is its trained
-        model: an uplink codec then compresses the update (the model minus the reference).
-        Over the air, the client sends only its side information now and returns its tensors
-        as they are: they reach the server in the round's slot (``over_the_air``).
-        """
-        if self.air is not None:
-            nbytes = self.compression.number_bytes(self.air.side_numbers(tensors))
-            if nbytes:
-                yield from self._timed_upload(client, nbytes)
-            self._uploaded_bytes[client] = nbytes
-            return tensors
-        nbytes, received = self.compression.send("uplink", client, tensors, (reference,))
-        yield from self._codec_work(
-            client, self.compression.codec_s(sum(t.numel() for t in tensors))
-        )
-        yield from self._timed_upload(client, nbytes, to_edge)
-        self._uploaded_bytes[client] = nbytes
-        return received
-
-    def _timed_upload(
-        self, client: int, nbytes: int, to_edge: int | None = None
-    ) -> Generator[simpy.Event, None, None]:
-        """Process body: an upload, its times charged to the client's timed task."""
-        started_s = self.env.now
-        _, air_s = yield from self.network.upload(client, nbytes, to_site=to_edge)
-        task = self.tasks.timed.get(client)
-        if task is not None:
-            task.uplink_queue_s += self.env.now - started_s - air_s
-            task.uplink_s += air_s
-
-    def over_the_air(
-        self, updates: Mapping[int, tuple[torch.Tensor, ...]], weights: Mapping[int, float]
-    ) -> Generator[simpy.Event, object, tuple[torch.Tensor, ...] | None]:
-        """Process body: the round's aggregation slot for the updates its server kept (each
-        client's tensors, as ``upload`` returned them as differences to the server's model);
-        returns the server's estimate of their average weighted by ``weights`` (obda: the
-        step along the majority vote of their signs), or None when nobody transmitted.
-
-        The slot's seconds count as uplink time of the clients that transmitted.
-        """
-        if not updates:
-            return None
-        estimate, transmitters, slot_s = yield from self.air.aggregate(
-            updates, weights, self.round_index
-        )
-        sent = set(transmitters)
-        for task in self._rounds.stats.finished_tasks:
-            if task.client in sent:
-                task.uplink_s += slot_s
-        self._rounds.stats.air = vars(self.air.last)
-        return estimate
-
-    def send_message(
-        self, sender: int, receiver: int, *tensors: torch.Tensor, own_model: bool = False
-    ) -> Task:
-        """Start a peer message (a D2D edge, or relayed by the base station) as the sender's
-        task; ``delivered`` fires with the tensors as the receiver decodes them (the same,
-        without a peer codec). ``own_model``: the first tensor is the sender's current
-        model, which a peer codec sends against the sender's public copy.
-
-        It never fires if the sender goes offline mid-transfer (its bytes are wasted) or the
-        receiver is offline when it arrives; like a server, a peer notices only by a deadline.
-        """
-        message = self.compression.send_peer(sender, receiver, tensors, own_model)
-
-        def body() -> Generator[simpy.Event, None, tuple[torch.Tensor, ...]]:
-            encode_s = self.compression.codec_s(message.encoded_numel, "peer")
-            if encode_s:
-                yield self.env.timeout(encode_s)  # the sender's device encodes first
-            received = yield from self.network.send_peer(sender, receiver, message.nbytes)
-            yield received  # relayed: the base station forwards it after the upload
-            decode_s = self.compression.codec_s(self.compression.coded_numel(tensors), "peer")
-            if decode_s:
-                yield self.env.timeout(decode_s)  # the receiver decodes before it uses it
-            self.compression.delivered(sender, receiver, message.version)
-            return message.received
-
-        return self.start_task(sender, body(), timed=False)
-
-    def public_model(self, client: int, like: torch.Tensor) -> torch.Tensor:
-        """x̂: the client's model as its peers hold it under a peer codec (zeros, like
-        ``like``, before its first message)."""
-        copy = self.compression.public_model(client)
-        return torch.zeros_like(like) if copy is None else copy.to(like.device, like.dtype)
-
-    def peers_of(self, client: int) -> list[int]:
-        """The client's present D2D neighbours (the graph of ``system.d2d``), ascending."""
-        graph = self.network.graph
-        if graph is None:
-            raise ValueError("no D2D graph: add a system.d2d section")
-        return [c for c in neighbours(graph, client) if c in self.present]
 
     def work(
         self, client: int, steps: int, samples: int | None = None
@@ -681,115 +388,6 @@ class World:
         self.recorder.add_training(result.mean_loss, result.samples)
         return result
 
-    # --- tasks and the server's policy ---
-
-    def start_task(self, client: int, body: Generator, *, timed: bool = True) -> Task:
-        """Run ``body`` as work the client does for the server (or for a round).
-
-        If the client goes offline or leaves, the task is interrupted and its ``delivered``
-        event never fires: the server has to notice through its deadline. A ``timed`` task
-        collects the client's downlink/compute/uplink times for the round breakdown.
-        """
-        return self.tasks.start(client, body, timed=timed)
-
-    def cancel(self, task: Task) -> None:
-        """The server gives up on a task (a timeout): its work and bytes on the air are lost."""
-        interrupt(task, CANCELLED)
-
-    def gather(
-        self,
-        tasks: Mapping[int, Task],
-        *,
-        deadline_s: float | None = None,
-        keep_first: int | None = None,
-        take: Callable[[int, object], object] | None = None,
-    ) -> Generator[simpy.Event, object, dict[int, object]]:
-        """Process body: wait for the tasks under the server's policy; returns what it keeps.
-
-        Wait for all, or for the first ``keep_first`` deliveries (over-selection), or until
-        ``deadline_s`` after the round started, whichever comes first. Unfinished tasks are
-        then cancelled (their bytes on the air are wasted), extra deliveries dropped.
-        ``take(client, update)`` is called on each kept update the moment it arrives, and
-        what it returns is kept in its place: a server that folds updates into a running sum
-        holds one sum, not every upload of the round.
-        """
-        kept: list[int] = []
-        wanted = len(tasks) if keep_first is None else keep_first
-        needed = min(wanted, len(tasks))
-        enough = self.env.event()
-        closed = False
-
-        def arrive(client: int, update: object) -> object:
-            if closed or len(kept) == needed:
-                return update  # surplus (dropped below) or late (cancelled at the close)
-            kept.append(client)
-            if len(kept) == needed:
-                enough.succeed()
-            return update if take is None else take(client, update)
-
-        def lost(client: int) -> None:  # an upload the base station could not decode
-            nonlocal needed
-            needed = min(needed, len(tasks) - sum(1 for t in tasks.values() if t.failed))
-            if not closed and not enough.triggered and len(kept) >= needed:
-                enough.succeed()
-
-        for task in tasks.values():
-            task.on_delivery = arrive
-            task.on_lost = lost
-        if needed == 0:
-            enough.succeed()
-        if deadline_s is None:
-            yield enough
-        else:
-            started_s = self._rounds.started_s
-            if started_s + deadline_s == started_s:
-                raise ScenarioError(
-                    self.algorithm.run_label,
-                    [
-                        f"{self.setting('deadline_s')}: {deadline_s:g} s is below what the "
-                        f"simulated clock resolves at t = {self.env.now:g} s: every round "
-                        "would close the instant it starts"
-                    ],
-                )
-            remaining_s = started_s + deadline_s - self.env.now
-            yield enough | self.env.timeout(max(0.0, remaining_s))
-        closed = True
-        yield from self.cancel_unfinished(tasks.values())
-        taken = set(kept)
-        for client, task in tasks.items():
-            if task.delivered.triggered and client not in taken:
-                nbytes = self.uploaded_bytes(client, *_tensors_of(task.delivered.value))
-                self.log.update_dropped(
-                    client, nbytes, reason="surplus", round_index=self.round_index
-                )
-        self._rounds.stats.note_gathered(tasks, kept)
-        return {client: tasks[client].delivered.value for client in kept}
-
-    def finish_all(
-        self, tasks: Mapping[int, Task]
-    ) -> Generator[simpy.Event, object, dict[int, object]]:
-        """Process body: wait until each task has delivered or stopped (its client went
-        offline or left, and holds nobody up); returns the deliveries, noted for the round's
-        row. A round barrier without a server (local training in rounds)."""
-        yield self.env.all_of([task.process for task in tasks.values()])
-        delivered = {c: t.delivered.value for c, t in tasks.items() if t.delivered.triggered}
-        self._rounds.stats.note_gathered(tasks, list(delivered))
-        return delivered
-
-    def cancel_unfinished(self, tasks: Iterable[Task]) -> Generator[simpy.Event, object, None]:
-        """Process body: give up on the tasks that have not delivered, and return once they
-        have stopped (at this same instant), so the bytes they had on the air are logged as
-        wasted before the round closes, in the round that cut them."""
-        stopping = [
-            task.process
-            for task in tasks
-            if not task.delivered.triggered and task.process is not None and task.process.is_alive
-        ]
-        for process in stopping:
-            process.interrupt(CANCELLED)
-        if stopping:
-            yield self.env.all_of(stopping)
-
     def public_inputs(self, num_samples: int) -> torch.Tensor:
         """Unlabeled inputs known to every client, disjoint from all clients' data.
 
@@ -865,14 +463,3 @@ class World:
         self.log.emit("run_end")
         self.log.close()
         return self.recorder.close(complete=complete)
-
-
-def _tensors_of(value: object) -> tuple[torch.Tensor, ...]:
-    """The tensors an update carries (a TrainResult, a tensor, or a tuple of tensors)."""
-    if isinstance(value, TrainResult):
-        return (value.params,)
-    if isinstance(value, torch.Tensor):
-        return (value,)
-    if isinstance(value, tuple):
-        return tuple(v for v in value if isinstance(v, torch.Tensor))
-    return ()
