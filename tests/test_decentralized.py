@@ -18,7 +18,7 @@ from fedsim.algorithms.cobo import run as run_cobo
 from fedsim.algorithms.federico import FedericoState, choose_neighbours
 from fedsim.algorithms.federico import run as run_federico
 from fedsim.config import CoboConfig, ScenarioError, parse_scenario
-from fedsim.config.algorithms import cobo_round_factor
+from fedsim.config.algorithms.cobo import cobo_round_factor
 from fedsim.sim.event_check import check_events
 from fedsim.study import run_scenario
 from tests.conftest import merge_into, requires_real_data, tiny_scenario

@@ -34,7 +34,7 @@ rounds with 40 clients ``mixed`` gives a pair about 0.16 meetings and W never mo
 
 The X-step is the paper's explicit step, taken by every client at once from the same models:
 at W⁰ = 1 (the worst case) one round multiplies the models' differences by
-``fedsim.config.algorithms.cobo_round_factor`` (derived there), and the scenario check refuses
+``fedsim.config.algorithms.cobo.cobo_round_factor`` (derived there), and the scenario check refuses
 a penalty that makes it 1 or more in size (the models would blow up before the W-step cuts
 any link): lr · ρ · n < 2 for the paper's one step per round, whatever the momentum (the
 optimizer is fresh each round, so its first step is plain SGD; none persists across rounds);

@@ -11,19 +11,15 @@ user's words) and ``loading`` (YAML, ``--set``).
 
 from fedsim.config.algorithms import (
     ALGORITHM_NAMES,
-    SERVER_LR_DEFAULTS,
     AlgorithmConfig,
-    AsyncServerConfig,
     CflConfig,
     CoboConfig,
-    DecentralizedConfig,
     DittoConfig,
     DsgdConfig,
     FedAdagradConfig,
     FedAdamConfig,
     FedAsyncConfig,
     FedAvgConfig,
-    FedAvgFamilyConfig,
     FedAvgFTConfig,
     FedAvgMConfig,
     FedBuffConfig,
@@ -37,10 +33,17 @@ from fedsim.config.algorithms import (
     OracleConfig,
     PerFedCktConfig,
     ScaffoldConfig,
-    ServerOptimizerConfig,
-    SyncServerConfig,
     UcflConfig,
     algorithm_model,
+)
+from fedsim.config.algorithms._async import AsyncServerConfig
+from fedsim.config.algorithms._decentralized import DecentralizedConfig
+from fedsim.config.algorithms._sync import (
+    SERVER_LR_DEFAULTS,
+    FedAvgFamilyConfig,
+    SelectionConfig,
+    ServerOptimizerConfig,
+    SyncServerConfig,
 )
 from fedsim.config.base import (
     MAX_CLIENTS,
@@ -293,6 +296,7 @@ __all__ = [
     "ScenarioError",
     "ScheduledChange",
     "Seconds",
+    "SelectionConfig",
     "ServerOptimizerConfig",
     "Stragglers",
     "SweepValue",

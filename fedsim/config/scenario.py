@@ -13,20 +13,12 @@ import numpy as np
 import yaml
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
-from fedsim.config.algorithms import (
-    CHANNEL_AWARE_POLICIES,
-    UCFL_PAPER_BATCHES,
-    AlgorithmConfig,
-    AsyncServerConfig,
-    CoboConfig,
-    DecentralizedConfig,
-    LocalConfig,
-    SelectionConfig,
-    SyncServerConfig,
-    UcflConfig,
-    cobo_largest_penalty,
-    cobo_round_factor,
-)
+from fedsim.config.algorithms import AlgorithmConfig, CoboConfig, LocalConfig, UcflConfig
+from fedsim.config.algorithms._async import AsyncServerConfig
+from fedsim.config.algorithms._decentralized import DecentralizedConfig
+from fedsim.config.algorithms._sync import CHANNEL_AWARE_POLICIES, SelectionConfig, SyncServerConfig
+from fedsim.config.algorithms.cobo import cobo_largest_penalty, cobo_round_factor
+from fedsim.config.algorithms.ucfl import UCFL_PAPER_BATCHES
 from fedsim.config.base import (
     MAX_RATE_MBPS,
     MAX_ROUNDS,

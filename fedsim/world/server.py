@@ -17,8 +17,7 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.config import AlgorithmConfig, ScenarioError
-from fedsim.config.algorithms import SelectionConfig
+from fedsim.config import AlgorithmConfig, ScenarioError, SelectionConfig
 from fedsim.learn.trainer import TrainResult
 from fedsim.sim.events import EventLog
 from fedsim.sim.network import Network

@@ -30,8 +30,7 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.config import MAX_TIME_S, AlgorithmConfig, Scenario, ScenarioError
-from fedsim.config.algorithms import SelectionConfig
+from fedsim.config import MAX_TIME_S, AlgorithmConfig, Scenario, ScenarioError, SelectionConfig
 from fedsim.learn.data import ClientShard, FederatedDataset, build_public_set
 from fedsim.learn.trainer import Distillation, Trainer, TrainResult
 from fedsim.results.files import EVENTS_FILE

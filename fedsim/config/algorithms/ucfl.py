@@ -1,0 +1,70 @@
+"""User-centric FL's settings (``fedsim.algorithms.ucfl``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from fedsim.config.algorithms._sync import SyncServerConfig
+from fedsim.config.base import MAX_COUNT, NO_BOOL, PositiveInt, Weight
+
+# UCFL's variance batches K as the paper sets them (§V-F, Fig. 7) per kind of shift.
+UCFL_PAPER_BATCHES = {"group_shift": 3, "label": 10}
+
+
+class UcflConfig(SyncServerConfig):
+    """User-centric FL: eq. (9) collaboration weights, k personalized downlink streams.
+
+    The kernel's bandwidth is 2 sigma_i^2, and sigma_i^2 grows with the number K of
+    variance batches (about (K - 1) times the noise of g_i): fewer batches, sharper kernel.
+    The paper sets the batch size by the kind of shift (§V-F, Fig. 7: 100 of 1,000 samples,
+    K = 10, for label shift; N/3, K = 3, for covariate or concept shift): ``variance_batches:
+    paper`` (the default) takes that K from the dataset (a ``group_shift``: 3; label shift
+    alone: 10), resolved at validation. ``auto`` (fedsim's own) chooses K among
+    ``variance_batch_candidates`` from the data: the K whose weights give the lowest
+    estimated error of the collaborative gradient (``ucfl.choose_variance_batches``).
+    """
+
+    name: Literal["ucfl"]
+    streams: Annotated[PositiveInt | Literal["auto", "all"], NO_BOOL] = Field(
+        default="auto", description="k: a number, 'all' (k = m), or 'auto' (Algorithm 2)"
+    )
+    tradeoff: Literal["silhouette", "penalized", "per_round_time"] = Field(
+        default="silhouette",
+        description="c(k, s_k): s (the authors' code), s - tradeoff_lambda * k, or s / T_round(k)",
+    )
+    tradeoff_lambda: Weight = 0.01
+    max_streams: PositiveInt | None = None
+    variance_batches: Annotated[
+        Annotated[int, Field(ge=2, le=MAX_COUNT)] | Literal["paper", "auto"], NO_BOOL
+    ] = Field(
+        default="paper",
+        description="K batches of n_i / K samples for sigma_i^2; 'paper': the paper's K for "
+        "the dataset's shift (3 for a group_shift, covariate or concept; 10 for label shift "
+        "alone), resolved at validation; 'auto': the candidate K of lowest estimated error "
+        "of the weighted gradient",
+    )
+    variance_batch_candidates: list[Annotated[int, Field(ge=2, le=MAX_COUNT), NO_BOOL]] = Field(
+        default=[2, 3, 4, 6, 8, 12, 16],
+        min_length=1,
+        description="the K that variance_batches 'auto' tries (distinct, each >= 2); one pass "
+        "over the data serves them all",
+    )
+    bandwidth: Literal["row", "symmetric"] = Field(
+        default="row", description="2 sigma_i^2 (eq. 9) or 2 sqrt(sigma_i^2 sigma_j^2) (code)"
+    )
+    timing: Literal["pipelined", "barrier"] = Field(
+        default="pipelined",
+        description="pipelined: a stream's members start computing when their stream arrives "
+        "and upload when done; barrier (the paper's T_round): everyone starts when the last "
+        "stream is sent and uploads once every participant has computed",
+    )
+
+    @model_validator(mode="after")
+    def _distinct_candidates(self) -> UcflConfig:
+        counts = self.variance_batch_candidates
+        repeated = sorted({k for k in counts if counts.count(k) > 1})
+        if repeated:
+            raise ValueError(f"variance_batch_candidates: {repeated[0]} is listed twice")
+        return self
