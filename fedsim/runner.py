@@ -20,7 +20,8 @@ from fedsim.config import (
     pool_size,
     sample_shortage,
 )
-from fedsim.learn.data import FederatedDataset, build_federated_dataset, count_shards, missing_files
+from fedsim.learn.data import FederatedDataset, build_federated_dataset, count_shards
+from fedsim.learn.datasets import missing_files
 from fedsim.learn.execution import configure_threads
 from fedsim.learn.models import build_model
 from fedsim.learn.optimizers import OptimizerSpec

@@ -151,7 +151,7 @@ def test_what_needs_torchvision_says_so_where_it_is_broken(
     tmp_path, monkeypatch, capsys, dataset, needed_for
 ):
     monkeypatch.setattr(
-        "fedsim.learn.data.importlib", SimpleNamespace(import_module=broken_torchvision)
+        "fedsim.learn.datasets.importlib", SimpleNamespace(import_module=broken_torchvision)
     )
     (tmp_path / "empty").mkdir()  # a data folder without the dataset: it is downloaded
     data = tiny_scenario(tmp_path, dataset={**dataset, "root": str(tmp_path / "empty")})

@@ -1,4 +1,4 @@
-"""Loading, partitioning and building federated datasets (fedsim.learn.data)."""
+"""Reading, partitioning and building federated datasets (learn.datasets, partitions, data)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsim.config.data import TRAIN_POOL_SIZES
-from fedsim.learn.data import (
-    DATASET_NAMES,
-    build_federated_dataset,
-    load_pool,
-    partition_dirichlet,
-    partition_iid,
-    partition_label_groups,
-)
+from fedsim.learn.data import build_federated_dataset
+from fedsim.learn.datasets import DATASET_NAMES, load_pool
+from fedsim.learn.partitions import partition_dirichlet, partition_iid, partition_label_groups
 from tests.conftest import DATA_ROOT, requires_real_data
 
 

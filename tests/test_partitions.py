@@ -13,11 +13,9 @@ from fedsim.learn.data import (
     FederatedDataset,
     build_federated_dataset,
     build_public_set,
-    contiguous_groups,
-    group_label_permutations,
-    load_pool,
-    rotate_images,
 )
+from fedsim.learn.datasets import load_pool
+from fedsim.learn.partitions import contiguous_groups, group_label_permutations, rotate_images
 from tests.conftest import DATA_ROOT, requires_real_data
 
 

@@ -3,20 +3,17 @@
 Nothing here knows about simulated time; the simulator calls in with flat parameter vectors.
 """
 
-from fedsim.learn.data import (
-    DATASET_NAMES,
+from fedsim.learn.data import ClientShard, FederatedDataset, build_federated_dataset
+from fedsim.learn.datasets import DATASET_NAMES, load_pool
+from fedsim.learn.execution import configure_threads
+from fedsim.learn.models import MODEL_NAMES, build_model
+from fedsim.learn.optimizers import OptimizerSpec
+from fedsim.learn.partitions import (
     PARTITION_NAMES,
-    ClientShard,
-    FederatedDataset,
-    build_federated_dataset,
-    load_pool,
     partition_dirichlet,
     partition_iid,
     partition_label_groups,
 )
-from fedsim.learn.execution import configure_threads
-from fedsim.learn.models import MODEL_NAMES, build_model
-from fedsim.learn.optimizers import OptimizerSpec
 from fedsim.learn.trainer import EvalResult, Trainer, TrainResult
 
 __all__ = [
