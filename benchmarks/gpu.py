@@ -111,7 +111,7 @@ def measure(
         row["client_samples_per_s"] = clients * steps * batch / best_s
         row["gflops"] = flops * clients * steps / best_s / 1e9
         if engine == "vmap":
-            floats = trainer._training_floats(data[0][0], batch, extra_states=0)
+            floats = trainer.engine_for(clients, engine).training_floats(shape, batch, extra=0)
             row["chunk"] = trainer._chunk_size(clients, floats)
             row["estimate_mb"] = row["chunk"] * floats * 4 / 2**20
         rows.append(row)

@@ -22,6 +22,7 @@ from fedsim.config import (
 )
 from fedsim.learn.data import FederatedDataset, build_federated_dataset, count_shards
 from fedsim.learn.datasets import missing_files
+from fedsim.learn.engines import EngineRefused
 from fedsim.learn.execution import configure_threads
 from fedsim.learn.models import build_model
 from fedsim.learn.optimizers import OptimizerSpec
@@ -98,12 +99,15 @@ def build_trainers(
     With a model mix, ``assign: by_size`` gives the first listed architecture to the
     clients with the most training data (PerFed-CKT: larger models for larger datasets).
     ``timing_only`` (``fedsim budget``): nothing is trained, the trainers only give the
-    models' shapes, so they live on the CPU in fp32 whatever ``training.device`` says (a
-    budget of a GPU scenario runs on a machine without one).
+    models' shapes, so they live on the CPU in fp32, eager, whatever ``training.device`` says
+    (a budget of a GPU scenario runs on a machine without one). An engine named that cannot
+    run a model is refused (``training.engine``, naming the layer).
     """
     training = scenario.training
     if timing_only:
-        training = training.model_copy(update={"device": "cpu", "precision": "fp32"})
+        training = training.model_copy(
+            update={"device": "cpu", "precision": "fp32", "compile": "eager"}
+        )
     if training.device == "cuda" and not torch.cuda.is_available():
         raise ScenarioError(
             "training.device", ["training.device: cuda, but this machine has no CUDA device"]
@@ -115,21 +119,25 @@ def build_trainers(
         weight_decay=training.weight_decay,
     )
     shares = scenario.model.architectures
-    trainers = [
-        Trainer(
-            build_model(share.name, dataset.input_shape, dataset.num_classes,
-                        hidden_sizes=share.hidden_sizes),
-            optimizer,
-            batch_size=training.batch_size,
-            device=training.device,
-            engine=training.engine,
-            precision=training.precision,
-            memory_format=training.memory_format,
-            vmap_chunk=training.vmap_chunk,
-            compile=training.compile,
-        )
-        for share in shares
-    ]  # fmt: skip
+    try:
+        trainers = [
+            Trainer(
+                build_model(share.name, dataset.input_shape, dataset.num_classes,
+                            hidden_sizes=share.hidden_sizes),
+                optimizer,
+                batch_size=training.batch_size,
+                device=training.device,
+                engine=training.engine,
+                precision=training.precision,
+                memory_format=training.memory_format,
+                vmap_chunk=training.vmap_chunk,
+                compile=training.compile,
+                family=share.name,
+            )
+            for share in shares
+        ]  # fmt: skip
+    except EngineRefused as refused:
+        raise ScenarioError("training.engine", [f"training.engine: {refused}"]) from None
     num_clients = len(dataset.shards)
     if len(shares) == 1:
         return trainers * num_clients

@@ -10,7 +10,8 @@ from torch import nn
 
 from fedsim.config import ScenarioError, parse_scenario
 from fedsim.learn import execution
-from fedsim.learn.models import build_model
+from fedsim.learn.engines import EngineRefused, auto_engines
+from fedsim.learn.models import MODEL_NAMES, build_model
 from fedsim.learn.optimizers import OptimizerSpec
 from fedsim.learn.trainer import Trainer
 from fedsim.runner import build_dataset, build_trainers
@@ -87,15 +88,30 @@ def test_loop_engine_is_train_call_by_call() -> None:
 
 
 def test_engine_policy() -> None:
+    """auto follows engines.policy per family and device kind; an engine named that cannot
+    run the model is refused, naming the layer; auto then takes the next that can."""
     mlp, cnn = trainer_for("mlp", SGD), trainer_for("cnn", SGD)
-    # Measured on CPU (module docstring): the loop is faster for every model family there.
-    assert mlp.engine_for(8) == "loop" and cnn.engine_for(8) == "loop"
-    assert mlp.engine_for(8, "vmap") == "vmap" and trainer_for("mlp", SGD, "vmap").engine_for(8)
-    assert trainer_for("cnn", SGD, "loop").engine_for(8, None) == "loop"
+    # Measured on CPU (engines.policy): the loop is faster for every model family there.
+    assert mlp.engine_for(8).name == "loop" and cnn.engine_for(8).name == "loop"
+    assert mlp.engine_for(8, "vmap").name == "vmap"
+    assert trainer_for("mlp", SGD, "stacked").engine_for(8).name == "stacked"
+    assert trainer_for("cnn", SGD, "loop").engine_for(8, None).name == "loop"
+    assert auto_engines("cnn", "cuda", 8)[0] == "stacked" and auto_engines("mlp", "cuda", 8)[0]
+    assert auto_engines("vgg13", "cuda", 2) == auto_engines("vgg11", "cuda", 2)
+    assert auto_engines("cnn", "cuda", 1) == ("loop",)  # one client: nothing to batch
+    assert {auto_engines(name, "cpu", 8) for name in (*MODEL_NAMES, None)} == {("loop",)}
+    assert all(names[-1] == "loop" for names in (auto_engines(m, "cuda", 9) for m in MODEL_NAMES))
     with pytest.raises(ValueError):
         Trainer(nn.Linear(2, 2), SGD, batch_size=4, engine="gpu")  # type: ignore[arg-type]
-    stateful = Trainer(nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(144, 10)), SGD, 8)
-    assert stateful.engine_for(8, "vmap") == "loop"  # dropout would differ per client
+    dropout = nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(144, 10))
+    for engine, why in (("vmap", "draws random numbers"), ("stacked", "not a layer kind")):
+        with pytest.raises(EngineRefused, match=rf"layer 1 \(Dropout\)\W+{why}"):
+            Trainer(dropout, SGD, 8, engine=engine)  # type: ignore[arg-type]
+    stateful = Trainer(dropout, SGD, 8, device="cpu", family="mlp")
+    with pytest.raises(EngineRefused, match="Dropout"):
+        stateful.engine_for(8, "stacked")
+    stateful.device = torch.device("cuda")  # what auto would take there: the loop only
+    assert stateful.engine_for(8).name == "loop"
 
 
 def test_engine_option_and_argument_checks(tmp_path: Path) -> None:
@@ -146,36 +162,43 @@ def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
-@pytest.mark.parametrize("algorithm", ["fedprox", "ditto", "local"])
+@pytest.mark.parametrize(
+    ("algorithm", "engine"),
+    [("fedprox", "vmap"), ("ditto", "vmap"), ("local", "vmap"), ("perfed_ckt", "stacked"),
+     ("scaffold", "stacked"), ("ditto", "stacked")],
+)  # fmt: skip
 def test_batched_trainings_give_the_metrics_of_one_by_one(
-    tmp_path: Path, batch_sizes: list[int], algorithm: str
+    tmp_path: Path, batch_sizes: list[int], algorithm: str, engine: str
 ) -> None:
     """FedProx: a prox center per client; Ditto: two kinds of training per client; Local:
-    per-client models (batched evaluation) and trainings that batch across rounds."""
+    per-client models (batched evaluation) and trainings that batch across rounds;
+    PerFed-CKT: a distillation term with each client's own target; SCAFFOLD: corrections."""
+    options = {"public_samples": 100, "public_batch_size": 16} if algorithm == "perfed_ckt" else {}
 
     def run(engine: str, folder: str) -> tuple[str, list[int]]:
         out = tmp_path / folder
         data = tiny_scenario(
-            out, algorithms=[{"name": algorithm}], training={"engine": engine}, run={"rounds": 2}
-        )
+            out, algorithms=[{"name": algorithm, **options}], training={"engine": engine},
+            run={"rounds": 2},
+        )  # fmt: skip
         run_world(make_world(data, out))
         sizes = list(batch_sizes)
         batch_sizes.clear()
         return (out / "run" / "metrics.csv").read_text(), sizes
 
-    (_, loop_sizes), (vmap, vmap_sizes) = run("loop", "a"), run("vmap", "b")
-    assert set(loop_sizes) == {1} and max(vmap_sizes) > 1  # batched only with vmap
+    (_, loop_sizes), (batched, batched_sizes) = run("loop", "a"), run(engine, "b")
+    assert set(loop_sizes) == {1} and max(batched_sizes) > 1  # batched only by vmap, stacked
     if algorithm == "local":  # batches form across rounds: the same run again, same bytes
-        assert run("vmap", "c")[0] == vmap
-    loop_rows, vmap_rows = (
+        assert run(engine, "c")[0] == batched
+    loop_rows, batched_rows = (
         read_metrics(tmp_path / "a" / "run"),
         read_metrics(tmp_path / "b" / "run"),
     )
-    assert len(loop_rows) == len(vmap_rows) == 2  # one row per round
+    assert len(loop_rows) == len(batched_rows) == 2  # one row per round
     # The engines round differently (batched vs one-by-one kernels): a test sample at a
     # near-tie between two classes may flip, so accuracies agree to one sample per client
     # (40 test samples each); times, bytes and participation exactly.
-    for a, b in zip(loop_rows, vmap_rows, strict=True):
+    for a, b in zip(loop_rows, batched_rows, strict=True):
         for key, value in a.items():
             if key == "train_loss":
                 expected = pytest.approx(value, rel=1e-4, nan_ok=True)
@@ -277,10 +300,10 @@ def test_auto_chunks_fit_the_devices_memory(monkeypatch) -> None:
     """auto: as many clients as fit half the device's total memory at the step's estimated
     float count each, never more than MAX_VMAP_CHUNK; on a small device the stack splits."""
     trainer = chunked("cnn", SGD, "auto")
-    x = torch.zeros(10, *SMALL)
-    floats = trainer._training_floats(x, width=8, extra_states=0)
+    floats = trainer.engine_for(2, "vmap").training_floats(SMALL, width=8, extra=0)
     # parameters, gradient and momentum, the batch and 4 copies of every layer's output
     assert floats == 3 * trainer.num_params + 8 * (144 + 4 * trainer.activation_floats(SMALL))
+    assert trainer.engine_for(2, "loop").training_floats(SMALL, width=8, extra=0) == floats
     monkeypatch.setattr(execution, "device_memory_bytes", lambda device: 2 * 4 * floats * 3)
     assert trainer._chunk_size(10, floats) == 3
     monkeypatch.setattr(execution, "device_memory_bytes", lambda device: 2**50)
@@ -312,13 +335,16 @@ def test_a_bad_vmap_chunk_is_refused(tmp_path: Path) -> None:
 # --- the vmap step captured by torch.compile (training.compile) ---
 
 
-def test_a_compiled_step_trains_as_the_eager_one(tmp_path: Path) -> None:
-    """Clients of unequal step counts (the stack shrinks as they finish: a new shape, a
-    recompile) give the eager step's parameters and losses within float tolerance."""
+@pytest.mark.parametrize(
+    "engine", ["vmap", pytest.param("stacked", marks=pytest.mark.slow)]
+)  # the stacked step compiles for 14 s on the 2-core development CPU
+def test_a_compiled_step_trains_as_the_eager_one(tmp_path: Path, engine: str) -> None:
+    """Clients of unequal step counts (fixed shapes: the finished ones masked, no recompile)
+    give the eager step's parameters and losses within float tolerance."""
     sizes, steps = [21, 13, 30], [3, 1, 2]
     data = client_data(sizes, seed=4)
-    eager = chunked("mlp", SGD, "auto")
-    compiled = Trainer(eager._model, SGD, batch_size=8, engine="vmap", compile="default")
+    eager = Trainer(chunked("mlp", SGD, "auto")._model, SGD, batch_size=8, engine=engine)
+    compiled = Trainer(eager._model, SGD, batch_size=8, engine=engine, compile="default")
     assert compiled.compile == "default" and eager.compile == "eager"
     starts = [eager.init_params(c) for c in range(3)]
     want = eager.train_many(starts, data, steps=steps, seeds=range(3))

@@ -28,7 +28,7 @@ Choices where the paper is silent: a client commits c_i⁺ once its upload has g
 c_i ahead of c, as it would in a deployment). Option II's formula assumes plain SGD steps;
 with momentum or Adam it is applied as written, and the correction c - c_i is a step of its
 own outside the optimizer's state (NIID-Bench's convention; through momentum it would be
-amplified and training diverges, ``fedsim.learn.trainer._corrected_step``). A newcomer
+amplified and training diverges, ``fedsim.learn.optimizers.corrected_step``). A newcomer
 starts with c_i = 0; a client that leaves takes its c_i with it, while c keeps what its
 updates added. Client state: one model-sized vector per client that has taken part.
 """

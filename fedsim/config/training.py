@@ -64,10 +64,13 @@ class TrainingConfig(_Strict):
     batch_size: PositiveInt = 32
     local_epochs: PositiveInt | None = None
     local_steps: PositiveInt | None = None
-    engine: Literal["auto", "loop", "vmap"] = Field(
+    engine: Literal["auto", "loop", "vmap", "stacked"] = Field(
         default="auto",
         description="how trainings of one architecture run: one by one (loop), vectorized "
-        "across clients (vmap), or whichever was measured faster on this device (auto)",
+        "across clients by torch.func.vmap (vmap) or by a matrix product per client and layer "
+        "over the clients' stacked parameters (stacked), or as measured fastest for the "
+        "model family on this device kind (auto: fedsim.learn.engines.policy); an engine "
+        "that cannot run the model is refused, naming the layer",
     )
     threads: Annotated[int, Field(gt=0, le=MAX_THREADS), NO_BOOL] = Field(
         default=1,
@@ -97,16 +100,19 @@ class TrainingConfig(_Strict):
     )
     vmap_chunk: Annotated[PositiveInt | Literal["auto"], NO_BOOL] = Field(
         default="auto",
-        description="clients the vmap engine trains or evaluates at once: auto from the "
+        description="clients a batched engine (vmap, stacked) trains or evaluates at once: "
+        "auto from the "
         "model's size, the batch width and the device's free memory (at most "
         "fedsim.learn.execution.MAX_VMAP_CHUNK), or a number; results equal within float "
         "tolerance whatever the chunk",
     )
-    compile: Literal["eager", "default", "reduce-overhead"] = Field(
+    compile: Literal["eager", "default", "reduce-overhead", "graph"] = Field(
         default="eager",
-        description="the vmap engine's training step captured by torch.compile in this mode "
-        "(reduce-overhead: replayed as CUDA graphs); the first step of each shape compiles "
-        "(seconds to minutes); results equal eager ones within float tolerance",
+        description="how a batched engine's step runs: eager, or at fixed shapes (clients "
+        "and batch padded, masked) with its gradients through torch.compile in this mode "
+        "(default; reduce-overhead: replayed as CUDA graphs; the first step of each shape "
+        "compiles, seconds to minutes; results equal eager ones within float tolerance) or "
+        "the whole step captured as one CUDA graph and replayed (graph: cuda only)",
     )
 
     @model_validator(mode="after")
@@ -115,6 +121,17 @@ class TrainingConfig(_Strict):
             raise ValueError(
                 f"precision {self.precision} needs device cuda (TF32 is a GPU mode, fp16's "
                 "loss scaling is for GPUs); on a CPU use fp32 or bf16"
+            )
+        if self.compile == "graph" and self.device != "cuda":
+            raise ValueError("compile graph captures CUDA graphs: it needs device cuda")
+        return self
+
+    @model_validator(mode="after")
+    def _batched_engines_without_fp16(self) -> TrainingConfig:
+        if self.precision == "fp16" and self.engine in ("vmap", "stacked"):
+            raise ValueError(
+                f"engine {self.engine} cannot train in fp16: its loss scaling skips steps per "
+                "client, which only the loop engine does; use loop, auto or bf16"
             )
         return self
 

@@ -1,11 +1,10 @@
-"""How a trainer computes: the engine (a loop per client or vmap across clients), the
-precision of the forward passes (autocast), and the memory layout of convolution inputs, with
-the policy the defaults follow, as measured.
+"""How a trainer computes: the engine's settings (``fedsim.learn.engines``), the precision of
+the forward passes (autocast), and the memory layout of convolution inputs, with the policy the
+defaults follow, as measured.
 
-Several clients of one architecture (``train_many``, ``evaluate_each``) run either as a loop
-of single trainings or vectorized: ``torch.func.vmap`` of ``grad_and_value`` of a
-``functional_call`` over per-layer stacks (clients, *shape), lockstep steps with partial
-batches padded and masked. Measured on the shared 2-core development CPU, in one process,
+Several clients of one architecture (``train_many``, ``evaluate_each``) run as a loop of
+single trainings or batched (vmap, stacked: lockstep steps over per-layer stacks, partial
+batches padded and masked). Measured on the shared 2-core development CPU, in one process,
 interleaved, SGD with momentum, batch 32, 28x28 inputs, clients of 240 samples, one epoch;
 ms per client-step (best of 3-7), loop vs vmap, and the median ratio of paired runs:
 
@@ -20,10 +19,10 @@ ms per client-step (best of 3-7), loop vs vmap, and the median ratio of paired r
 - whole FedAvg rounds (20 clients, mlp 200-200, 1 thread, World batching vs one by one):
   1.04-1.26x faster with vmap, within this machine's noise.
 
-Policy of ``engine="auto"``: the loop on a CPU for every family (vmap gains nothing certain
-there, costs a one-time import of ``torch._dynamo`` by ``torch.func.grad``, 1.5-10 s, and
-makes the World run queued trainings early, some of them for tasks cancelled later); vmap on
-a GPU, where batching small per-client kernels is what pays (not measured here: no GPU).
+Policy of ``engine="auto"`` (``fedsim.learn.engines.policy``): the loop on a CPU for every
+family (vmap gains nothing certain there, costs a one-time import of ``torch._dynamo`` by
+``torch.func.grad``, 1.5-10 s, and makes the World run queued trainings early, some of them for
+tasks cancelled later); a batched engine on a GPU, per family, as measured there.
 """
 
 from __future__ import annotations
@@ -36,8 +35,8 @@ from typing import Literal
 
 import torch
 
-Engine = Literal["auto", "loop", "vmap"]
-ENGINES: tuple[Engine, ...] = ("auto", "loop", "vmap")
+EngineName = Literal["auto", "loop", "vmap", "stacked"]
+ENGINES: tuple[EngineName, ...] = ("auto", "loop", "vmap", "stacked")
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
 PRECISIONS: tuple[Precision, ...] = ("fp32", "tf32", "bf16", "fp16")
 CUDA_PRECISIONS: tuple[Precision, ...] = ("tf32", "fp16")
@@ -46,14 +45,20 @@ dynamic loss scaling is for GPUs (a CPU has bf16)."""
 MemoryFormat = Literal["auto", "contiguous", "channels_last"]
 MEMORY_FORMATS: tuple[MemoryFormat, ...] = ("auto", "contiguous", "channels_last")
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-CompileMode = Literal["eager", "default", "reduce-overhead"]
-COMPILE_MODES: tuple[CompileMode, ...] = ("eager", "default", "reduce-overhead")
-"""How the vmap engine's training step runs (``training.compile``): eagerly, one kernel launch
-per operation ("eager"), or captured by ``torch.compile`` in the mode of that name ("default":
-fused kernels; "reduce-overhead": fused kernels replayed as CUDA graphs, which removes the
-launch gaps that bind small models). A capture costs seconds to minutes on the first call of
-each new shape (a chunk's client count, batch width) and rounds differently from the eager
-step (results equal within float tolerance)."""
+CompileMode = Literal["eager", "default", "reduce-overhead", "graph"]
+COMPILE_MODES: tuple[CompileMode, ...] = ("eager", "default", "reduce-overhead", "graph")
+"""How a batched engine's training step runs (``training.compile``): eagerly, one kernel
+launch per operation, the stack shrinking as clients finish ("eager"); or at fixed shapes (a
+chunk's clients and batch width padded to sizes chosen once, masked out:
+``engines.lockstep``) with the gradient computation through ``torch.compile`` in the mode of
+that name ("default": fused kernels; "reduce-overhead": fused kernels replayed as CUDA graphs)
+or the whole eager step, forward, backward and optimizer, captured as one CUDA graph and
+replayed ("graph", CUDA only: ``engines.captured``), which removes the launch gaps that bind
+small models. Each new shape is compiled (seconds to minutes) or captured (one step) on
+first use; the compiled kernels round differently from the eager ones (results equal within
+float tolerance), the captured ones do not."""
+CUDA_COMPILE_MODES: tuple[CompileMode, ...] = ("graph",)
+"""Compile modes only a CUDA device runs: a CUDA graph is a GPU's."""
 
 
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
@@ -119,7 +124,7 @@ def configure_determinism(deterministic: bool) -> None:
 
 
 MAX_VMAP_CHUNK = 1024
-"""The most clients the vmap engine stacks into one step. The engine exists to fill a GPU
+"""The most clients a batched engine stacks into one step. It exists to fill a GPU
 that one small client's kernels leave idle; a thousand clients of the small models do, and
 beyond that a larger stack only costs memory."""
 VMAP_MEMORY_SHARE = 0.5
@@ -137,7 +142,7 @@ def vmap_chunk_size(
     floats_per_client: int,
     device: torch.device,
 ) -> int:
-    """How many of ``clients`` the vmap engine runs at once (``training.vmap_chunk``): the
+    """How many of ``clients`` a batched engine runs at once (``training.vmap_chunk``): the
     number given, or ("auto") as many as fit ``VMAP_MEMORY_SHARE`` of the device's memory at
     ``floats_per_client`` float32s each, at most ``MAX_VMAP_CHUNK``. The device's *total*
     memory, not its free memory: the chunking then depends only on the machine, so the same

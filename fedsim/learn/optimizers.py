@@ -1,5 +1,6 @@
 """The clients' optimizers on flat parameter vectors (the trainer's layout), equal to
-torch.optim's step for step, and the dynamic loss scaling of fp16 training."""
+torch.optim's step for step, SCAFFOLD's corrected step, and the dynamic loss scaling of fp16
+training."""
 
 from __future__ import annotations
 
@@ -63,13 +64,28 @@ class SGD:
         if self.momentum_buffer is not None:
             self.momentum_buffer = [t[:rows] for t in self.momentum_buffer]
 
+    def start_in_place(self, like: Params) -> None:
+        """Fresh state that later steps update where it lies (a captured step replays at fixed
+        addresses): zero momentum buffers, so that the first step's buffer is 0·m + g = g, the
+        gradient itself, as the eager first step's copy of it."""
+        if not self.spec.momentum:
+            return
+        if self.momentum_buffer is None:
+            self.momentum_buffer = [torch.zeros_like(t) for t in as_list(like)]
+        else:
+            torch._foreach_zero_(self.momentum_buffer)
+
 
 class Adam:
-    """torch.optim.Adam (L2 weight decay, no AMSGrad) on flat tensors."""
+    """torch.optim.Adam (L2 weight decay, no AMSGrad) on flat tensors.
+
+    The step count is a Python number, except after ``start_in_place``: then a tensor on the
+    parameters' device, so that a captured step (replayed, never re-run in Python) counts
+    too, as torch.optim's ``capturable`` Adam does (the same formula, other roundings)."""
 
     def __init__(self, spec: OptimizerSpec, like: Params) -> None:
         self.spec = spec
-        self.step_count = 0
+        self.step_count: int | torch.Tensor = 0
         self.exp_avg = [torch.zeros_like(t) for t in as_list(like)]
         self.exp_avg_sq = [torch.zeros_like(t) for t in as_list(like)]
 
@@ -83,16 +99,53 @@ class Adam:
         torch._foreach_lerp_(self.exp_avg, g, 1 - beta1)
         torch._foreach_mul_(self.exp_avg_sq, beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, g, g, value=1 - beta2)
-        step_size = s.lr / (1 - beta1**self.step_count)
         denom = torch._foreach_sqrt(self.exp_avg_sq)
+        if isinstance(self.step_count, torch.Tensor):  # device scalars: no host sync
+            count = self.step_count
+            torch._foreach_div_(denom, (1 - torch.pow(beta2, count)).sqrt())
+            torch._foreach_add_(denom, s.eps)
+            update = torch._foreach_div(self.exp_avg, denom)
+            torch._foreach_mul_(update, -s.lr / (1 - torch.pow(beta1, count)))
+            torch._foreach_add_(w, update)
+            return
+        step_size = s.lr / (1 - beta1**self.step_count)
         torch._foreach_div_(denom, math.sqrt(1 - beta2**self.step_count))
         torch._foreach_add_(denom, s.eps)
         torch._foreach_addcdiv_(w, self.exp_avg, denom, value=-step_size)
+
+    def start_in_place(self, like: Params) -> None:
+        """Fresh state at fixed addresses, the step count a device tensor (see the class)."""
+        torch._foreach_zero_(self.exp_avg)
+        torch._foreach_zero_(self.exp_avg_sq)
+        if isinstance(self.step_count, torch.Tensor):
+            self.step_count.zero_()
+        else:
+            device = as_list(like)[0].device
+            self.step_count = torch.zeros((), dtype=torch.float32, device=device)
 
     def keep_first(self, rows: int) -> None:
         """Keep the state of the first ``rows`` clients of a stacked (clients x params) run."""
         self.exp_avg = [t[:rows] for t in self.exp_avg]
         self.exp_avg_sq = [t[:rows] for t in self.exp_avg_sq]
+
+
+def corrected_step(
+    opt: SGD | Adam, spec: OptimizerSpec, w: Params, g: Params, shift: Params | None
+) -> None:
+    """One optimizer step of w on g, corrected by ``shift`` (SCAFFOLD's c - c_i): y <- y -
+    lr (g + c - c_i). With plain SGD the correction joins the gradient, as the paper writes
+    it; with optimizer state (momentum, Adam) it is a step of its own, -lr (c - c_i), outside
+    that state, as NIID-Bench's SCAFFOLD does: fed through momentum 0.9 it would be amplified
+    tenfold, on top of option II's c_i already measuring momentum-amplified displacements,
+    and training diverges (CIFAR-10 Dirichlet(0.5), scenarios/papers/scaffold_niid_bench)."""
+    if shift is None:
+        opt.step(w, g)
+    elif spec.name == "sgd" and not spec.momentum:
+        torch._foreach_add_(as_list(g), as_list(shift))
+        opt.step(w, g)
+    else:
+        opt.step(w, g)
+        torch._foreach_sub_(as_list(w), as_list(shift), alpha=spec.lr)
 
 
 def make_optimizer(spec: OptimizerSpec, like: Params) -> SGD | Adam:

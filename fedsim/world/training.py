@@ -1,5 +1,5 @@
 """Real trainings, run when their simulated compute time is over and batched across clients
-where the trainer trains several at once (vmap)."""
+where the trainer's engine trains several at once (vmap, stacked)."""
 
 from __future__ import annotations
 
@@ -27,13 +27,18 @@ class QueuedTraining:
     result: TrainResult | None = None
 
     def batches_with(self, other: QueuedTraining) -> bool:
-        """Same trainer and options (the prox center and correction may differ), so one
-        train_many runs both."""
+        """Same trainer and options (the prox center, the correction and the distillation
+        targets may differ), so one train_many runs both."""
+        same_distill = (
+            self.distill is other.distill
+            if self.distill is None
+            else self.distill.batches_with(other.distill)
+        )
         return (
             self.trainer is other.trainer
             and (self.prox_center is None) == (other.prox_center is None)
             and self.prox_mu == other.prox_mu
-            and self.distill is other.distill
+            and same_distill
             and (self.correction is None) == (other.correction is None)
         )
 
@@ -63,14 +68,15 @@ class TrainingQueue:
     def _run(self, due: QueuedTraining) -> TrainResult:
         """Run a training whose compute time is over, with the queued ones it batches with.
 
-        Partners share the trainer and the training options but for the prox center; they
-        are taken only where the trainer's engine trains them all at once (vmap): a loop
-        gains nothing by running them early, and a task cancelled later would waste them.
+        Partners share the trainer and the training options but for the prox center, the
+        correction and the distillation targets; they are taken only where the trainer's
+        engine trains them all at once (``batched``): a loop gains nothing by running them
+        early, and a task cancelled later would waste them.
         """
         batch = [due]
-        if due.trainer.engine_for(2, distill=due.distill) == "vmap":
+        if due.trainer.engine_for(2).batched:
             batch = [job for job in self._jobs if job.batches_with(due)]
-        engine = due.trainer.engine_for(len(batch), distill=due.distill)
+        engine = due.trainer.engine_for(len(batch))
         for job in batch:
             del self._jobs[job]
         results = due.trainer.train_many(
@@ -78,10 +84,10 @@ class TrainingQueue:
             [(job.x, job.y) for job in batch],
             steps=[job.steps for job in batch],
             seeds=[job.seed for job in batch],
-            engine=engine,
+            engine=engine.name,
             prox_center=[job.prox_center for job in batch] if due.prox_center is not None else None,
             prox_mu=due.prox_mu,
-            distill=due.distill,
+            distill=[job.distill for job in batch] if due.distill is not None else None,
             correction=[job.correction for job in batch] if due.correction is not None else None,
         )
         for job, result in zip(batch, results, strict=True):
