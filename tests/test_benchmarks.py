@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from benchmarks import radio_throughput, run_all
+from benchmarks import gpu, radio_throughput, run_all
 from tests.conftest import requires_real_data
 
 
@@ -102,19 +102,30 @@ def test_benchmark_runs_and_writes_its_fields(tmp_path, name):
         )
         assert _positive(results["matmul_peak_gflops"][row["precision"]])
     elif name == "gpu":
-        rows = results["rows"]  # mlp and lenet5 x 3 clients (both engines), 5 (vmap only)
+        rows = results["rows"]  # mlp and lenet5 x 3 clients (every engine), 5 (batched only)
         assert [(r["model"], r["clients"], r["engine"]) for r in rows] == [
             (model, clients, engine) for model in ("mlp", "lenet5")
-            for clients, engine in ((3, "loop"), (3, "vmap"), (5, "vmap"))
+            for clients, engines in ((3, ("loop", "vmap", "stacked")), (5, ("vmap", "stacked")))
+            for engine in engines
         ]  # fmt: skip
         keys = ("client_samples_per_s", "gflops", "share_of_peak", "first_call_s")
         assert all(_positive(r[k]) for r in rows for k in keys)
-        vmap = [r for r in rows if r["engine"] == "vmap"]
-        assert all(r["chunk"] == r["clients"] and _positive(r["estimate_mb"]) for r in vmap)
+        batched = [r for r in rows if r["engine"] != "loop"]
+        assert all(r["chunk"] == r["clients"] and _positive(r["estimate_mb"]) for r in batched)
         loops = {r["model"]: r["client_samples_per_s"] for r in rows if r["engine"] == "loop"}
-        for row in vmap:  # the 5-client rows over the loop's rate at 3
-            assert row["vmap_over_loop"] == row["client_samples_per_s"] / loops[row["model"]]
+        rates = {(r["model"], r["clients"], r["engine"]): r["client_samples_per_s"] for r in rows}
+        for row in batched:  # the 5-client rows over the loop's rate at 3
+            assert row["over_loop"] == row["client_samples_per_s"] / loops[row["model"]]
+            if row["engine"] == "stacked":
+                vmap = rates[row["model"], row["clients"], "vmap"]
+                assert row["stacked_over_vmap"] == row["client_samples_per_s"] / vmap
+        estimates = {(r["model"], r["engine"]): r["estimate_mb"] for r in batched}
+        # the stacked engine also holds each convolution's columns (im2col)
+        assert estimates["lenet5", "stacked"] > estimates["lenet5", "vmap"]
+        assert estimates["mlp", "stacked"] == estimates["mlp", "vmap"]
         assert results["device"] == "cpu" and "peak_mb" not in rows[0]  # CUDA only
+        assert "gpu_busy_share" not in rows[0]
+        assert gpu.busy_seconds([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == 4
     else:
         fedsim, naive, ditto, streaming, stacked, feedback = results["rows"]
         assert fedsim["tensors_held"] == 11  # the global model and 10 personal ones

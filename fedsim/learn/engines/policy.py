@@ -17,7 +17,9 @@ AUTO: dict[str, dict[str | None, tuple[str, ...]]] = {
     # CPU: the loop for every family. vmap over loop, 1 thread, the 2-core development CPU
     # (fedsim.learn.execution): mlp 0.85-1.13, lenet5 0.57-0.75, cnn 0.69-0.74; batching
     # also makes the World run queued trainings early, some for tasks cancelled later.
-    # stacked over loop: not yet measured when this policy was written.
+    # Over the loop in one run side by side (benchmarks/results/cpu/, 2-core AMD EPYC under
+    # a load of 4-6, 1 thread, 2026-11-28; 10 and 50 clients, batch 10 and 32): stacked mlp
+    # 0.22-0.70, lenet5 0.43-1.00, cnn 0.21-0.49, vgg11 0.83 (5 clients); vmap 0.44-1.23.
     "cpu": {None: LOOP_ONLY},
     "cuda": {
         # H100, 2026-11-26 (results/h100/gpu.json): vmap over loop 3.9-34x at 10-1,000
