@@ -12,6 +12,7 @@ from torch import nn
 
 from fedsim.config import ScenarioError, parse_scenario
 from fedsim.learn.engines import Distillation, EngineRefused
+from fedsim.learn.engines.captured import CapturedStep
 from fedsim.learn.engines.lockstep import padded_clients
 from fedsim.learn.engines.stacked import interpret
 from fedsim.learn.models import build_model
@@ -155,6 +156,37 @@ def test_fixed_shapes_train_as_the_shrinking_stack(engine: str) -> None:
         )
         assert_close(starts, eager, fixed, 1e-6)
     assert padded_clients(5, 8) == 8 and padded_clients(3, 8) == 4 and padded_clients(1, 8) == 1
+
+
+class Replay:
+    """A stand-in for a CUDA graph on a CPU: replaying runs the recorded step again."""
+
+    def __init__(self, captured: CapturedStep) -> None:
+        self.replay = captured.step
+
+
+@pytest.mark.parametrize("spec", [MOMENTUM, ADAM], ids=["sgd", "adam"])
+def test_a_captured_step_feeds_reloads_and_reuses_its_buffers(
+    spec: OptimizerSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compile graph, all but the capture (CUDA only, tests/test_cuda.py): the inputs
+    gathered into fixed buffers, the state reloaded for each chunk at its addresses (Adam's
+    step count a tensor), one graph per shape kept and reused: the eager fixed-shape step's
+    results, call after call."""
+    monkeypatch.setattr(CapturedStep, "_capture", lambda captured: Replay(captured))
+    eager, captured = make("lenet5", spec, vmap_chunk=4), make("lenet5", spec, vmap_chunk=4)
+    eager._engines["stacked"].fixed_shapes = True
+    engine = captured._engines["stacked"]
+    engine.fixed_shapes, captured._setup.compile = True, "graph"  # what a CUDA trainer has
+    data = client_data("lenet5", [21, 13, 8, 30, 5, 17], seed=5)
+    starts = [eager.init_params(i) for i in range(6)]
+    extra = {**options(eager, "lenet5", "prox", 6), **options(eager, "lenet5", "distill", 6)}
+    run = {"steps": [5, 0, 3, 7, 2, 4], "seeds": range(6), "engine": "stacked", **extra}
+    want = eager.train_many(starts, data, **run)
+    rel = 1e-6 if spec.name == "sgd" else 1e-5  # Adam: its device-scalar form rounds otherwise
+    for _ in range(2):  # chunks of 4 and 2 clients: two shapes, captured once each
+        assert_close(starts, want, captured.train_many(starts, data, **run), rel)
+    assert sorted(key[0] for key in engine._captured) == [(2, 8), (4, 8)]  # (rows, width)
 
 
 def test_a_chunk_does_not_change_a_clients_arithmetic() -> None:

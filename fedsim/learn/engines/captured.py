@@ -52,17 +52,20 @@ class CapturedStep:
         )  # fmt: skip
         self.graph = self._capture()
 
+    def step(self) -> None:
+        """The step the graph holds: every row of the state on the input buffers."""
+        self.state.step(self.setup, self.gradients, len(self.state.loss_sum), self.batch)
+
     def _capture(self) -> torch.cuda.CUDAGraph:
-        rows = len(self.state.loss_sum)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(WARMUP_STEPS):
-                self.state.step(self.setup, self.gradients, rows, self.batch)
+                self.step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self.state.step(self.setup, self.gradients, rows, self.batch)
+            self.step()
         return graph
 
     def load(self, chunk: Chunk, lockstep: Lockstep) -> None:
