@@ -52,6 +52,9 @@ from fedsim.sim.topology import build_graph
 COBO_CHECKED_STEPS = 64  # local_epochs: the X-step counts checked, up to the mean client's
 
 
+SATELLITE_CHECK_S = 86_400.0  # a constellation's visibility is checked over a day (or the budget)
+
+
 class RunConfig(_Strict):
     rounds: Rounds | None = Field(default=None, description=f"at most {MAX_ROUNDS:,}")
     time_budget_s: Seconds | None = Field(
@@ -169,11 +172,33 @@ class Scenario(_Strict):
     @model_validator(mode="after")
     def _gossip_needs_a_graph(self) -> Scenario:
         for i, algorithm in enumerate(self.algorithms):
-            if algorithm.name == "dsgd" and self.system.d2d is None:
+            constellation = self.system.constellation
+            isl = constellation is not None and constellation.isl is not None
+            if algorithm.name == "dsgd" and self.system.d2d is None and not isl:
                 raise ValueError(
                     f"algorithms[{i}].name: dsgd gossips with its D2D neighbours: add a "
-                    "system.d2d section (its graph)"
+                    "system.d2d section (its graph), or system.constellation.isl"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _satellites_are_the_clients(self) -> Scenario:
+        """Each satellite is a client; a server that would wait for ever for a satellite no
+        node sees (or a node that sees none) is refused here, not found as a hang."""
+        constellation = self.system.constellation
+        if constellation is None:
+            return self
+        clients = self.clients
+        if clients.count + clients.arrivals.reserve != constellation.count:
+            raise ValueError(
+                f"clients.count: {clients.count} clients (with the reserve) for "
+                f"{constellation.count} satellites: each satellite is a client"
+            )
+        budget_s = self.run.time_budget_s
+        horizon_s = SATELLITE_CHECK_S if budget_s is None else min(budget_s, SATELLITE_CHECK_S)
+        problems = constellation.check_visibility(horizon_s, clients.count, budget_s is None)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @model_validator(mode="after")
@@ -471,6 +496,8 @@ class Scenario(_Strict):
                 del algorithm["consensus_step"]  # D-SGD without a peer codec
             if algorithm.get("selection") == SelectionConfig().model_dump(mode="json"):
                 del algorithm["selection"]  # random, the only policy before there were others
+        if data["system"].get("constellation", 0) is None:
+            del data["system"]["constellation"]  # no satellites: the file as before
         radio = data["system"].get("radio")
         if radio is not None:  # an over-the-air uplink's keys at their defaults: as before
             if radio["uplink_aggregation"] == "digital":

@@ -23,6 +23,7 @@ from fedsim.config.base import (
     _read_referenced_file,
     _Strict,
 )
+from fedsim.config.constellation import ConstellationConfig
 from fedsim.config.laws import Constant, ConstantDbm, PositiveDistribution, PowerLaw
 from fedsim.config.radio import RadioConfig
 from fedsim.sim.readers import read_device_profiles
@@ -198,6 +199,7 @@ class SystemConfig(_Strict):
     radio: RadioConfig | None = None
     energy: EnergyConfig | None = None
     devices: DevicesConfig | None = None
+    constellation: ConstellationConfig | None = None  # satellites as the clients
 
     @property
     def uplink_aggregation(self) -> str:
@@ -260,6 +262,25 @@ class SystemConfig(_Strict):
                 "share the band)"
             )
             raise ValueError(f"system.{fixed[0]}: with system.radio {instead}: remove it")
+        return self
+
+    @model_validator(mode="after")
+    def _constellation_is_the_network(self) -> SystemConfig:
+        """A constellation's links come from its passes and budgets: rates, a radio, device
+        profiles or batteries given as well would be ignored, so they are errors."""
+        if self.constellation is None:
+            return self
+        for name, given in (("radio", self.radio), ("devices", self.devices),
+                            ("energy", self.energy), ("d2d", self.d2d)):  # fmt: skip
+            if given is not None:
+                instead = " (inter-satellite links: constellation.isl)" if name == "d2d" else ""
+                raise ValueError(f"system.{name}: not modelled with system.constellation{instead}")
+        for name in (*RADIO_REPLACES, "downlink", "latency_s"):
+            if getattr(self.network, name) != NetworkConfig.model_fields[name].default:
+                raise ValueError(
+                    f"system.network.{name}: with system.constellation the links follow the "
+                    "passes (constellation.link): remove it"
+                )
         return self
 
 

@@ -19,11 +19,14 @@ EVENTS_FILE = "events.jsonl"
 ENERGY_FILE = "energy.csv"  # with system.energy
 RADIO_FILE = "radio.csv"  # with system.radio
 CHANNEL_FILE = "channel.csv"  # with system.radio
+PASSES_FILE = "passes.csv"  # with system.constellation
+SATELLITES_FILE = "satellites.csv"  # with system.constellation
 COLLABORATION_FILE = "collaboration.npz"  # algorithms that learn whom to collaborate with
 ASYNC_FILE = "async.npz"  # asynchronous servers: update times and staleness
 RUN_FILES = (
     SCENARIO_FILE, METRICS_FILE, CLIENTS_FILE, ROUNDS_FILE, ACTIVITY_FILE, SUMMARY_FILE,
     EVENTS_FILE, ENERGY_FILE, RADIO_FILE, CHANNEL_FILE, COLLABORATION_FILE, ASYNC_FILE,
+    PASSES_FILE, SATELLITES_FILE,
 )  # fmt: skip
 """Every file a run writes into its folder: a run started again removes them first, so that
 no file of an earlier run (an event log it wrote, a run of other settings) stays beside it."""
@@ -108,3 +111,15 @@ def scenario_sha256(document: Mapping[str, Any]) -> str:
     not its text, so that YAML's formatting does not count)."""
     text = json.dumps(scenario_identity(document), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# With system.constellation: every pass of the run (a satellite's window to one server node)
+# and the bytes it carried each way; per satellite, its passes, contact time, bytes and the
+# time its transfers spent waiting for a pass.
+PASSES_COLUMNS = (
+    "satellite", "node", "start_s", "end_s", "duration_s", "uplink_bytes", "downlink_bytes",
+)  # fmt: skip
+SATELLITES_COLUMNS = (
+    "satellite", "passes", "passes_per_day", "contact_s", "passes_used", "uplink_bytes",
+    "downlink_bytes", "bytes_per_pass_used", "waiting_s",
+)  # fmt: skip

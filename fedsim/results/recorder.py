@@ -125,6 +125,7 @@ class Recorder:
         self.churn_times_s = list(churn_times_s)
         self.traffic: Traffic | None = None  # attached by the World (its event log)
         self.energy: Energy | None = None  # attached by the World (with system.energy)
+        self.summary_extra: dict = {}  # blocks the World adds (a constellation's)
         # The samples every client's finished work processed so far (attached by the World).
         self.samples_processed: Callable[[], int] = lambda: 0
         self.battery_departures = 0  # clients whose battery ran out (left or went charging)
@@ -295,7 +296,7 @@ class Recorder:
         }
         if self.energy is not None:
             summary |= self._energy_summary()
-        summary |= self._extra_values()
+        summary |= self._extra_values() | self.summary_extra
         if self.run_dir is None:
             return summary
         partial = self.run_dir / f"{SUMMARY_FILE}.part"

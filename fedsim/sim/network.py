@@ -59,7 +59,7 @@ from fedsim.sim.medium import (
 )
 from fedsim.sim.radio import Radio
 from fedsim.sim.scheduler import UplinkScheduling, make_scheduler, num_prbs, prb_hz
-from fedsim.sim.topology import peer_route
+from fedsim.sim.topology import neighbours, peer_route
 from fedsim.sim.transmission import UPLINK, RadioLink
 
 UPLINK_MEDIA = ("parallel", "tdma", "shared")
@@ -498,6 +498,10 @@ class Network:
             return made
 
         return link
+
+    def peers(self, client: int) -> list[int]:
+        """The client's D2D neighbours now (the graph's), ascending."""
+        return neighbours(self.graph, client)
 
     def send_peer(
         self, sender: int, receiver: int, num_bytes: int

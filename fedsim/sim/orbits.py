@@ -498,6 +498,11 @@ class Contacts:
             self._merged[satellite] = merged
         return merged
 
+    def windows_of(self, satellite: int, node: int, until_s: float) -> list[tuple[float, float]]:
+        """When the satellite sees one node, up to at least ``until_s``."""
+        self.extend(until_s)
+        return self._node_windows[satellite][node]
+
     def pair_windows(self, a: int, b: int, until_s: float) -> list[tuple[float, float]]:
         self.extend(until_s)
         return self._pair_windows[tuple(sorted((a, b)))]

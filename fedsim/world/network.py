@@ -49,6 +49,7 @@ from fedsim.sim.scheduler import UplinkScheduling
 from fedsim.sim.selective import SelectiveFading, tdl_profile
 from fedsim.sim.topology import assign_edge_rates, build_graph
 from fedsim.streams import RandomStreams
+from fedsim.world.satellites import build_satellite_network
 
 
 def build_network(
@@ -62,6 +63,8 @@ def build_network(
 ) -> Network:
     """``profiles``: device profiles (``system.devices``) giving the clients' link rates."""
     system = scenario.system
+    if system.constellation is not None:  # the satellites' links follow their passes
+        return build_satellite_network(system.constellation, env, log, streams, is_online)
     network = system.network
     common = {
         "log": log,

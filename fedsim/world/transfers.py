@@ -17,7 +17,6 @@ import torch
 
 from fedsim.learn.trainer import Trainer
 from fedsim.sim.network import Network
-from fedsim.sim.topology import neighbours
 from fedsim.world.aircomp import OverTheAir
 from fedsim.world.compression import SERVER, Compression
 from fedsim.world.tasks import Rounds, Task, Tasks
@@ -196,7 +195,6 @@ class Transfers:
 
     def peers_of(self, client: int) -> list[int]:
         """The client's present D2D neighbours (the graph of ``system.d2d``), ascending."""
-        graph = self.network.graph
-        if graph is None:
+        if self.network.graph is None:
             raise ValueError("no D2D graph: add a system.d2d section")
-        return [c for c in neighbours(graph, client) if c in self.present]
+        return [c for c in self.network.peers(client) if c in self.present]

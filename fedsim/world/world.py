@@ -38,6 +38,7 @@ from fedsim.results.recorder import Recorder
 from fedsim.sim import clock, readers
 from fedsim.sim.compute import CpuCycles, device_speeds
 from fedsim.sim.events import EventLog
+from fedsim.sim.passes import SatelliteNetwork
 from fedsim.streams import RandomStreams
 from fedsim.world.aircomp import OverTheAir
 from fedsim.world.compression import Compression
@@ -47,6 +48,7 @@ from fedsim.world.energy import DeviceEnergy
 from fedsim.world.evaluation import Evaluation, Models
 from fedsim.world.network import build_network, write_radio_files
 from fedsim.world.presence import Presence
+from fedsim.world.satellites import write_satellite_files
 from fedsim.world.selection import ChannelReports, Policy
 from fedsim.world.server import ServerPolicy
 from fedsim.world.tasks import Rounds, Tasks
@@ -133,6 +135,10 @@ class World(ServerPolicy, Transfers, EdgeServers):
         radio = self.network.radio
         if radio is not None and run_dir is not None:
             self.on_finish.append(lambda: write_radio_files(radio, run_dir, self.env.now))
+        if isinstance(self.network, SatelliteNetwork):  # passes.csv, satellites.csv, summary
+            satellites = self.network
+            self.on_finish.append(lambda: self.recorder.summary_extra.update(
+                write_satellite_files(satellites, run_dir, self.env.now)))  # fmt: skip
         cycles = compute.cycles
         cpu = CpuCycles(cycles.cycles_per_sample, cycles.capacitance)
         cpu_hz = cycles.frequency_ghz.sample(self.streams.generator("cpu"), num_clients) * 1e9
