@@ -447,7 +447,7 @@ class Contacts:
         self._pair_windows: dict[tuple[int, int], list[tuple[float, float]]] = {
             pair: [] for pair in self.pairs
         }
-        self._merged: dict[int, list[tuple[float, float]]] = {}
+        self._union: list[list[tuple[float, float]]] = [[] for _ in range(orbits.count)]
 
     def position(self, satellite: int, time_s: float) -> np.ndarray:
         return self.orbits.state(np.array([time_s]))[0][satellite, 0]
@@ -470,7 +470,9 @@ class Contacts:
         return margin
 
     def extend(self, until_s: float) -> None:
-        """Compute every window up to at least ``until_s``."""
+        """Compute every window up to at least ``until_s``. Windows are kept as found in each
+        chunk (one open at a chunk's edge is split there), so a list only grows: a link's
+        windows never change once computed (``passes`` joins the pieces)."""
         while self.computed_s < until_s:
             start_s, end_s = self.computed_s, self.computed_s + self.chunk_s
             count = int(math.ceil((end_s - start_s) / self.step_s)) + 1
@@ -480,23 +482,23 @@ class Contacts:
                 values = node.margin(positions, times)
                 for sat in range(self.orbits.count):
                     found = find_windows(times, values[sat], self._node_scalar(sat, node))
-                    self._node_windows[sat][k] = merge_windows(self._node_windows[sat][k] + found)
+                    self._node_windows[sat][k].extend(found)
+            for sat in range(self.orbits.count):
+                chunk = [w for ws in self._node_windows[sat] for w in ws if w[0] >= start_s]
+                self._union[sat].extend(merge_windows(chunk))
             for a, b in self.pairs:
                 values = link_margin(positions[a], positions[b], self.isl_grazing_m,
                                      self.isl_max_range_m)  # fmt: skip
-                found = find_windows(times, values, self._pair_scalar(a, b))
-                self._pair_windows[a, b] = merge_windows(self._pair_windows[a, b] + found)
+                self._pair_windows[a, b].extend(
+                    find_windows(times, values, self._pair_scalar(a, b))
+                )
             self.computed_s = end_s
-            self._merged.clear()
 
     def windows(self, satellite: int, until_s: float) -> list[tuple[float, float]]:
-        """When the satellite sees at least one node, up to at least ``until_s``."""
+        """When the satellite sees at least one node, up to at least ``until_s`` (a list that
+        only grows)."""
         self.extend(until_s)
-        merged = self._merged.get(satellite)
-        if merged is None:
-            merged = merge_windows([w for ws in self._node_windows[satellite] for w in ws])
-            self._merged[satellite] = merged
-        return merged
+        return self._union[satellite]
 
     def windows_of(self, satellite: int, node: int, until_s: float) -> list[tuple[float, float]]:
         """When the satellite sees one node, up to at least ``until_s``."""
@@ -505,7 +507,7 @@ class Contacts:
 
     def pair_windows(self, a: int, b: int, until_s: float) -> list[tuple[float, float]]:
         self.extend(until_s)
-        return self._pair_windows[tuple(sorted((a, b)))]
+        return self._pair_windows[min(a, b), max(a, b)]
 
     def passes(self, until_s: float) -> list[Pass]:
         """Every satellite's windows to every node that begin before ``until_s``."""
@@ -514,7 +516,7 @@ class Contacts:
             Pass(sat, k, start, min(end, until_s))
             for sat, per_node in enumerate(self._node_windows)
             for k, windows in enumerate(per_node)
-            for start, end in windows
+            for start, end in merge_windows(windows)
             if start < until_s
         ]
 

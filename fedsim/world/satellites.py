@@ -227,19 +227,25 @@ def write_satellite_files(network: SatelliteNetwork, run_dir: Path | None, end_s
     passes = contacts.passes(end_s) if end_s > 0 else []
     days = max(end_s, 1e-9) / orbits.DAY_S
     count = contacts.orbits.count
-    rows = []
+    rows, carried_by_pass = [], {}
     for sat in range(count):
-        mine = [p for p in passes if p.satellite == sat]
-        contact_s = sum(end - start for start, end in contacts.windows(sat, end_s) if start < end_s
-                        for end in [min(end, end_s)])  # fmt: skip
-        carried = [s for link in (links.uplinks[sat], links.downlinks[sat])
-                   for s in link.carried.values()]  # fmt: skip
-        used = {s.start_s for s in carried}
+        mine = sorted((p for p in passes if p.satellite == sat), key=lambda p: (p.start_s, p.node))
+        union = orbits.merge_windows(contacts.windows(sat, end_s))
+        contact_s = sum(min(end, end_s) - start for start, end in union if start < end_s)
+        up, down = links.uplinks[sat].carried, links.downlinks[sat].carried
+        used = {w for w in union for s in (*up.values(), *down.values())
+                if s.bits and w[0] <= s.start_s < w[1]}  # fmt: skip
+        for direction, stats in (("up", up), ("down", down)):
+            for piece in stats.values():  # to the first pass (by start, node) holding it
+                holder = next((p for p in mine if p.start_s <= piece.start_s < p.end_s), None)
+                if holder is not None:
+                    key = (holder, direction)
+                    carried_by_pass[key] = carried_by_pass.get(key, 0.0) + piece.bits
         rows.append({
             "satellite": sat, "passes": len(mine), "passes_per_day": len(mine) / days,
             "contact_s": contact_s,
-            "uplink_bytes": sum(s.bits for s in links.uplinks[sat].carried.values()) / 8,
-            "downlink_bytes": sum(s.bits for s in links.downlinks[sat].carried.values()) / 8,
+            "uplink_bytes": sum(s.bits for s in up.values()) / 8,
+            "downlink_bytes": sum(s.bits for s in down.values()) / 8,
             "passes_used": len(used),
             "waiting_s": links.uplinks[sat].waiting_s + links.downlinks[sat].waiting_s,
         })  # fmt: skip
@@ -254,12 +260,10 @@ def write_satellite_files(network: SatelliteNetwork, run_dir: Path | None, end_s
             writer = csv.writer(f)
             writer.writerow(PASSES_COLUMNS)
             for p in sorted(passes, key=lambda p: (p.satellite, p.start_s, p.node)):
-                up = links.uplinks[p.satellite].carried.get(p.start_s)
-                down = links.downlinks[p.satellite].carried.get(p.start_s)
                 writer.writerow([
                     p.satellite, contacts.nodes[p.node].name, f"{p.start_s:.6f}", f"{p.end_s:.6f}",
-                    f"{p.end_s - p.start_s:.6f}", round(up.bits / 8) if up else 0,
-                    round(down.bits / 8) if down else 0,
+                    f"{p.end_s - p.start_s:.6f}", round(carried_by_pass.get((p, "up"), 0) / 8),
+                    round(carried_by_pass.get((p, "down"), 0) / 8),
                 ])  # fmt: skip
         with (run_dir / SATELLITES_FILE).open("w", newline="") as f:
             writer = csv.writer(f)

@@ -38,6 +38,7 @@ from fedsim.results.recorder import Recorder
 from fedsim.sim import clock, readers
 from fedsim.sim.compute import CpuCycles, device_speeds
 from fedsim.sim.events import EventLog
+from fedsim.sim.orbits import NeverVisible
 from fedsim.sim.passes import SatelliteNetwork
 from fedsim.streams import RandomStreams
 from fedsim.world.aircomp import OverTheAir
@@ -204,6 +205,10 @@ class World(ServerPolicy, Transfers, EdgeServers):
             settings = self.scenario.settings
             named = stuck.naming(settings("_s"), settings("_mbps"), MAX_TIME_S)
             raise ScenarioError(self.algorithm.run_label, [named]) from None
+        except NeverVisible as never:  # a satellite no node will see again (a decayed TLE)
+            raise ScenarioError(
+                "system.constellation", [f"a transfer waits for ever: {never}"]
+            ) from None
         except RuntimeError as error:  # nothing left to happen (e.g. every client left)
             if "No scheduled events left" not in str(error):
                 raise
