@@ -21,6 +21,7 @@ from analysis.energy import (
     plot_accuracy_vs_energy,
     plot_energy_per_client,
 )
+from analysis.orbits import VISIBILITY_PLOT, plot_visibility
 from analysis.pareto import PARETO_FILE, plot_pareto
 from analysis.plots import (
     ACCURACY_VS_BYTES_FILE,
@@ -40,7 +41,13 @@ from analysis.results import (
     summaries_target,
 )
 from analysis.weights import plot_collaboration_figures
-from fedsim.results.files import ASYNC_FILE, CHANNEL_FILE, COLLABORATION_FILE, METRICS_FILE
+from fedsim.results.files import (
+    ASYNC_FILE,
+    CHANNEL_FILE,
+    COLLABORATION_FILE,
+    METRICS_FILE,
+    PASSES_FILE,
+)
 
 
 def plot_runs(
@@ -109,6 +116,9 @@ def plot_results(
     for run_dir in done:
         if (run_dir / COLLABORATION_FILE).exists():
             written += plot_collaboration_figures(run_dir, only_if_stale=True)
+        passes_csv = run_dir / PASSES_FILE
+        if passes_csv.exists() and not style.up_to_date(run_dir / VISIBILITY_PLOT, [passes_csv]):
+            written.append(plot_visibility(run_dir))
         channel_csv = run_dir / CHANNEL_FILE
         if channel_csv.exists() and not style.up_to_date(run_dir / CHANNEL_PLOT, [channel_csv]):
             written.append(plot_channel(run_dir))

@@ -20,9 +20,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from analysis import style
+from analysis.orbits import in_hours
 from analysis.results import Run, RunGroup, group_seeds, time_to_target
 from analysis.stats import BYTES_PER_MB, mean_curve, outcomes_km, run_outcome
-from fedsim.results.files import SAMPLES_COLUMN
+from fedsim.results.files import PASSES_FILE, SAMPLES_COLUMN
 
 TIME_TO_ACCURACY_FILE = "time_to_accuracy.png"
 ACCURACY_VS_BYTES_FILE = "accuracy_vs_bytes.png"
@@ -197,6 +198,8 @@ def plot_time_to_accuracy(
         fontsize="small",
     )
     ax.set_xlabel("Simulated time (s)")
+    if runs and all((run.path / PASSES_FILE).exists() for run in runs):  # satellites: hours
+        in_hours(ax)
     ax.set_ylabel("Test accuracy (%)")
     ax.set_title("Accuracy vs simulated time")
     ax.grid(True, alpha=0.3)

@@ -46,6 +46,7 @@ def fedavg_round_s(scenario: Scenario, algorithm: AlgorithmConfig, world: World)
     compute = system.compute
     homogeneous = (
         system.radio is None
+        and system.constellation is None  # a round waits for passes: no closed form
         and system.network.uplink_mbps.kind == "constant"
         and compute.per == "round"
         and not compute.device_classes

@@ -74,6 +74,8 @@ class Budget:
     backhaul: dict | None = None
     # Hierarchical FL: the cloud's level (``cloud_level``).
     cloud: dict | None = None
+    # With system.constellation: passes, contact, bytes per pass, waiting (in hours).
+    constellation: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -145,6 +147,7 @@ def budget_algorithm(
         empty_rounds_cut_at={where: sum(r[where] for r in empty) for where in CUT_AT},
         backhaul=backhaul_totals(world),
         cloud=cloud_level(algorithm, rows, closed_form_s),
+        constellation=recorder.summary_extra.get("constellation"),
     )
 
 

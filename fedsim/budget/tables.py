@@ -1,11 +1,12 @@
 """``fedsim budget``'s tables: time per round and its breakdown, traffic per round, then
 the sections a scenario calls for (rounds that kept nothing, codecs, the radio, the levels of
-cells and hierarchical FL, energy), each with its note."""
+cells and hierarchical FL, energy, a constellation's passes), each with its note."""
 
 from __future__ import annotations
 
 from fedsim.budget.runs import Budget
 from fedsim.config import Scenario
+from fedsim.world.satellites import constellation_lines
 
 
 def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) -> str:
@@ -70,6 +71,7 @@ def format_budgets(scenario: Scenario, budgets: list[Budget], model_bytes: int) 
     lines += _radio_lines(budgets, name_width)
     lines += _level_lines(budgets, name_width)
     lines += _energy_lines(budgets, name_width)
+    lines += constellation_lines([(b.algorithm, b.constellation) for b in budgets], name_width)
     lines += [
         "",
         "kept/rnd: updates the server kept per round (applied, for an asynchronous server). "

@@ -286,3 +286,29 @@ def write_satellite_files(network: SatelliteNetwork, run_dir: Path | None, end_s
 
 def _plain(value: float | int) -> str | int:
     return value if isinstance(value, int) else f"{value:.6g}"
+
+
+def constellation_lines(runs: list[tuple[str, dict | None]], name_width: int) -> list[str]:
+    """``fedsim budget``'s constellation table: per run, its simulated hours, passes per
+    satellite per day, contact time per satellite per day, the mean pass, bytes per pass that
+    carried anything, and the transfers' hours spent waiting for a pass."""
+    rows = [(label, c) for label, c in runs if c is not None]
+    if not rows:
+        return []
+    columns = ("hours", "passes/sat/day", "contact_min/day", "pass_s", "MB/pass_used",
+               "wait_h", "wait_h/xfer")  # fmt: skip
+    lines = ["", f"{'constellation':>{name_width}} " + " ".join(f"{c:>15}" for c in columns)]
+    for label, c in rows:
+        per_transfer_h = (
+            c["waiting_for_visibility_s"] / 3600 / c["transfers"] if c["transfers"] else 0
+        )
+        values = (c["hours"], c["passes_per_satellite_per_day"],
+                  c["contact_s_per_satellite_per_day"] / 60, c["mean_pass_s"],
+                  c["bytes_per_pass_used"] / 1e6, c["waiting_for_visibility_s"] / 3600,
+                  per_transfer_h)  # fmt: skip
+        lines.append(f"{label:>{name_width}} " + " ".join(f"{v:>15.3f}" for v in values))
+    lines.append(
+        "constellation: passes of a satellite to any server node; wait: transfers' time out of "
+        "sight (store and forward to the next pass), summed over transfers"
+    )
+    return lines
