@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedsim.config import ScenarioError, parse_scenario
+from fedsim.config.constellation import ConstellationConfig
+from fedsim.sim import ntn, orbits
 from fedsim.sim.event_check import check_events
-from fedsim.sim.orbits import merge_windows
+from fedsim.sim.orbits import EARTH_RADIUS_M, SPEED_OF_LIGHT_M_S, merge_windows, orbital_speed_m_s
 from fedsim.study import run_scenario
+from fedsim.world.satellites import ServerLink, rate_function
 from tests.conftest import run_fedsim, tiny_scenario
 
 STATION = {"name": "bremen", "lat_deg": 53.1, "lon_deg": 8.8, "min_elevation_deg": 10}
@@ -106,10 +111,9 @@ def test_a_hap_or_meo_server_sees_more_than_a_station(tmp_path, server):
     assert times["raised"] < times["station"]
 
 
-def test_dsgd_over_inter_satellite_links_uses_the_graph_of_the_moment(tmp_path):
-    """12 satellites a plane see their ring neighbours (the chord clears the Earth: 6,971 km
-    × cos 15° > 6,371 km; with 6 a plane it would not), the two planes' pairs only at times:
-    D-SGD's messages go over ISLs in sight, each between two graph neighbours."""
+def isl_run(tmp_path: Path, algorithm: dict, rounds: int) -> tuple[Path, list[dict], set]:
+    """A decentralized run over 24 satellites (2 planes of 12) with ISLs: its folder, its
+    transfers as they started, and the satellite pairs that talked over an ISL."""
     constellation = {
         "walker": {"total": 24, "planes": 2, "phasing": 1, "altitude_km": 600,
                    "inclination_deg": 53},
@@ -117,16 +121,40 @@ def test_dsgd_over_inter_satellite_links_uses_the_graph_of_the_moment(tmp_path):
         "isl": {"neighbours": "grid", "rate_mbps": 10},
     }  # fmt: skip
     data = satellites(
-        tmp_path, constellation, clients={"count": 24},
-        algorithms=[{"name": "dsgd", "deadline_s": 600}], run={"rounds": 3},
+        tmp_path, constellation, clients={"count": 24}, algorithms=[algorithm],
+        run={"rounds": rounds},
     )  # fmt: skip
-    root = run_scenario(parse_scenario(data), show_progress=False)
-    run_dir = root / "dsgd"
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
-    d2d = [e for e in events if e["kind"] == "send_start" and e["direction"] == "d2d"]
-    pairs = {tuple(sorted((e["sender"], e["receivers"][0]))) for e in d2d}
-    assert pairs and all(abs(a - b) in (1, 11, 12) for a, b in pairs)
+    run_dir = run_scenario(parse_scenario(data), show_progress=False) / algorithm["name"]
     assert check_events(run_dir / "events.jsonl").ok
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
+    sends = [e for e in events if e["kind"] == "send_start"]
+    d2d = {tuple(sorted((e["sender"], e["receivers"][0]))) for e in sends
+           if e["direction"] == "d2d"}  # fmt: skip
+    return run_dir, sends, d2d
+
+
+def test_dsgd_over_inter_satellite_links_uses_the_graph_of_the_moment(tmp_path):
+    """12 satellites a plane see their ring neighbours (the chord clears the Earth: 6,971 km
+    × cos 15° > 6,371 km; with 6 a plane it would not), the two planes' pairs only at times:
+    D-SGD's messages go over ISLs in sight, each between two graph neighbours."""
+    _, sends, pairs = isl_run(tmp_path, {"name": "dsgd", "deadline_s": 600}, rounds=3)
+    assert pairs and all(abs(a - b) in (1, 11, 12) for a, b in pairs)
+    assert all(e["direction"] == "d2d" for e in sends)
+
+
+def test_federico_talks_over_the_isls_in_sight_and_relays_the_rest_through_the_ground(tmp_path):
+    """FedeRiCo samples its peers among all satellites (membership is known): a message to an
+    ISL neighbour in sight goes over that link, one to any other satellite (or to a neighbour
+    out of sight, perhaps for good) up to the station at the sender's pass and down at the
+    receiver's; the rounds keep their 10-minute deadline, and the relayed messages that miss
+    it are lost."""
+    algorithm = {"name": "federico", "neighbours": 3, "deadline_s": 600}
+    run_dir, sends, d2d = isl_run(tmp_path, algorithm, rounds=2)
+    assert d2d and all(abs(a - b) in (1, 11, 12) for a, b in d2d)
+    assert any(e["direction"] == "uplink" for e in sends)  # relayed through the station
+    rounds = list(csv.DictReader((run_dir / "rounds.csv").open()))
+    assert len(rounds) == 2 and all(float(r["end_s"]) - float(r["start_s"]) <= 600 + 1e-6
+                                    for r in rounds)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -169,3 +197,92 @@ def test_a_tle_that_does_not_parse_and_nothing_visible_exit_2(tmp_path):
     path.write_text(yaml.safe_dump(nothing))
     result = run_fedsim("run", str(path))
     assert result.returncode == 2 and "sees no satellite" in result.stderr
+
+
+def test_passes_csv_doppler_is_the_closed_form_and_an_unfinished_wait_counts(tmp_path):
+    """Two polar satellites of one plane over a non-rotating Earth, a station on their ground
+    track: satellite 0's first pass is overhead, so its largest Doppler shift is at the mask,
+    (v/c)·R/(R+h)·cos ε·f_c at each direction's carrier (Ka: 20 GHz up to the station, 30 GHz
+    down), to 1e-6; satellite 1 sees the station only after the time budget, so its model
+    waits the whole run and that wait is counted though the transfer never ends."""
+    constellation = {
+        "walker": {"total": 2, "planes": 1, "altitude_km": 600, "inclination_deg": 90},
+        "earth_rotation": False,
+        "servers": [{"name": "gs", "lat_deg": 30.0, "lon_deg": 0.0, "min_elevation_deg": 10}],
+    }  # fmt: skip
+    data = satellites(
+        tmp_path, constellation, clients={"count": 2}, run={"time_budget_s": 1800, "rounds": None}
+    )
+    run_dir = run_scenario(parse_scenario(data), show_progress=False) / "fedavg"
+    [first] = list(csv.DictReader((run_dir / "passes.csv").open()))
+    h, eps = 600e3, math.radians(10)
+    v_over_c = orbital_speed_m_s(h) / SPEED_OF_LIGHT_M_S
+    closed = v_over_c * EARTH_RADIUS_M / (EARTH_RADIUS_M + h) * math.cos(eps)
+    assert first["satellite"] == "0"
+    assert float(first["uplink_max_doppler_hz"]) == pytest.approx(closed * 20e9, rel=1e-6)
+    assert float(first["downlink_max_doppler_hz"]) == pytest.approx(closed * 30e9, rel=1e-6)
+    rows = list(csv.DictReader((run_dir / "satellites.csv").open()))
+    assert float(rows[1]["waiting_s"]) == pytest.approx(1800.0, abs=1e-3)
+    assert float(rows[0]["waiting_s"]) == pytest.approx(float(first["start_s"]), abs=1.0)
+    summary = json.loads((run_dir / "summary.json").read_text())["constellation"]
+    assert summary["transfers"] >= 3  # satellite 0's down and up, satellite 1's unfinished
+
+
+def constellation_config(**link) -> ConstellationConfig:
+    return ConstellationConfig.model_validate({
+        "walker": {"total": 8, "planes": 2, "phasing": 1, "altitude_km": 600,
+                   "inclination_deg": 53},
+        "servers": [STATION], "link": link,
+    })  # fmt: skip
+
+
+def test_nr_rate_is_the_mcs_tables_goodput_below_shannon():
+    """rate: nr (the link layer's expected goodput at the BLER target): nothing below the
+    lowest MCS (QPSK 120/1024 needs about −6.7 dB), never above Shannon on the band, rising
+    with the SNR but for dips under 1% where a higher MCS takes over at its threshold (it fails
+    there at the BLER target), and capped by the 64-QAM table's top MCS (5.5547 bit/s/Hz) less
+    the reference signals' share; the same pass carries less with it than with Shannon."""
+    bandwidth_hz = 400e6
+    snr_db = np.arange(-20.0, 40.5, 0.5)
+    nr = rate_function(constellation_config(rate={"model": "nr"}), bandwidth_hz)(snr_db)
+    shannon = rate_function(constellation_config(), bandwidth_hz)(snr_db)
+    assert np.all(nr[snr_db < -7] == 0) and np.all(nr[snr_db >= -6] > 0)
+    assert np.all(nr <= shannon) and np.all(np.diff(nr) >= -0.01 * nr[1:])
+    assert nr[snr_db == 20][0] > 2 * nr[snr_db == 5][0] > 4 * nr[snr_db == -4][0]
+    ceiling = nr[-1] / bandwidth_hz
+    assert 0.75 * 5.5547 < ceiling <= 5.5547 and nr[-10] == pytest.approx(nr[-1])
+    rates = {}
+    for model in ("nr", "shannon"):
+        config = constellation_config(rate={"model": model})
+        contacts = orbits.Contacts(config.orbits(), config.nodes())
+        (start, end), *_ = contacts.windows(0, orbits.DAY_S)
+        times = np.linspace(start - 60.0, end - 1e-3, 50)
+        rates[model] = ServerLink(config, contacts, 0, True, key=7).rates(times)
+    inside = times >= start
+    assert np.all(rates["nr"][~inside] == 0) and np.all(rates["shannon"][~inside] == 0)
+    assert np.all(rates["nr"][inside] > 0) and np.all(rates["nr"] <= rates["shannon"])
+
+
+def test_line_of_sight_drawn_by_the_tables_probability():
+    """line_of_sight: probability, dense urban Ka (no shadowing, so the LOS draw is all that
+    differs): at each instant the SNR is the always-LOS one, or lower by exactly the clutter
+    loss of the elevation (NLOS), and the share in LOS is the table's probability at the
+    elevations seen (within 4 standard deviations of the binomial count)."""
+    common = {"scenario": "dense_urban", "shadowing": False}
+    drawn = constellation_config(line_of_sight="probability", **common)
+    always = constellation_config(line_of_sight="always", **common)
+    contacts = orbits.Contacts(drawn.orbits(), drawn.nodes())
+    windows = contacts.windows_of(0, 0, orbits.DAY_S)
+    times = np.concatenate([np.arange(a, b, 2.0) for a, b in windows])
+    snr = {
+        name: ServerLink(config, contacts, 0, True, key=7).snr_db(0, times)
+        for name, config in (("drawn", drawn), ("always", always))
+    }
+    elevation = ServerLink(drawn, contacts, 0, True, key=7).geometry(contacts.nodes[0], times)[0]
+    clutter = ntn.clutter_loss_db("dense_urban", "Ka", elevation, False)
+    loss = snr["always"] - snr["drawn"]
+    nlos = np.isclose(loss, clutter, atol=1e-9)
+    assert np.all(nlos | np.isclose(loss, 0.0, atol=1e-9)) and 0 < nlos.sum() < len(times)
+    p = ntn.los_probability("dense_urban", elevation)
+    expected, sd = p.sum(), math.sqrt((p * (1 - p)).sum())
+    assert abs((~nlos).sum() - expected) < 4 * sd

@@ -113,11 +113,13 @@ def scenario_sha256(document: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-# With system.constellation: every pass of the run (a satellite's window to one server node)
-# and the bytes it carried each way; per satellite, its passes, contact time, bytes and the
-# time its transfers spent waiting for a pass.
+# With system.constellation: every pass of the run (a satellite's window to one server node),
+# the bytes it carried each way and its largest Doppler shift (magnitude) at each direction's
+# carrier; per satellite, its passes, contact time, bytes and the time its transfers spent
+# waiting for a pass.
 PASSES_COLUMNS = (
     "satellite", "node", "start_s", "end_s", "duration_s", "uplink_bytes", "downlink_bytes",
+    "uplink_max_doppler_hz", "downlink_max_doppler_hz",
 )  # fmt: skip
 SATELLITES_COLUMNS = (
     "satellite", "passes", "passes_per_day", "contact_s", "passes_used", "uplink_bytes",

@@ -520,6 +520,18 @@ class Contacts:
             if start < until_s
         ]
 
+    def max_range_rate_m_s(self, pass_: Pass, step_s: float = 1.0) -> float:
+        """The largest |d(range)/dt| over a pass (its ends included, sampled every
+        ``step_s``): times the carrier over c, the pass's largest Doppler shift (at the mask
+        for a ground station: (v/c)·R/(R+h)·cos ε·f_c on a non-rotating Earth)."""
+        count = max(2, math.ceil((pass_.end_s - pass_.start_s) / step_s) + 1)
+        times = np.linspace(pass_.start_s, pass_.end_s, count)
+        positions, velocities = self.orbits.state(times)
+        speeds = radial_speed_m_s(
+            self.nodes[pass_.node], positions[pass_.satellite], velocities[pass_.satellite], times
+        )
+        return float(np.max(np.abs(speeds)))
+
     def visible_nodes(self, satellite: int, time_s: float) -> list[int]:
         """The nodes the satellite sees at ``time_s`` (by the windows found)."""
         self.extend(time_s + 1.0)

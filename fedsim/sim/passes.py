@@ -189,6 +189,14 @@ class PassMedium(Medium):
         self._wake_at(end_s - self.env.now, lambda _event: self._complete(flow))
         return flow
 
+    def note_unfinished(self) -> None:
+        """Note the transfers still waiting for a pass or on the air (at the run's end) up to
+        now, in the order they started: their bits so far and their time out of sight."""
+        now = self.env.now
+        for flow in sorted(self._flows, key=lambda f: f._seq):
+            if flow.begin_s < now:
+                flow.link.note(flow.begin_s, min(now, flow.last_bit_s), 8.0 * flow.bytes_sent())
+
     def _admit(self, flow: Flow) -> None:  # pragma: no cover - start() admits itself
         raise NotImplementedError
 
@@ -209,13 +217,16 @@ class PassMedium(Medium):
 
 @dataclass
 class SatelliteLinks:
-    """Each satellite's links: up to the server's nodes, down from them, and the ISLs."""
+    """Each satellite's links: up to the server's nodes, down from them, and the ISLs; the
+    carriers up and down (for the Doppler shifts reported)."""
 
     uplinks: Sequence[PassLink]
     downlinks: Sequence[PassLink]
     isls: dict[tuple[int, int], PassLink]
     min_delay_s: float
     peak_bps: float
+    uplink_carrier_hz: float
+    downlink_carrier_hz: float
 
     def isl(self, a: int, b: int) -> PassLink:
         return self.isls[min(a, b), max(a, b)]
@@ -224,8 +235,10 @@ class SatelliteLinks:
 class SatelliteNetwork(Network):
     """The network of a constellation: satellites (the clients) reach the server only over
     their passes, the downlink reaches each satellite at its own pass (a beam per
-    satellite), and peers talk over an inter-satellite link while it has line of sight or,
-    without one, through the ground (up at one pass, down at the receiver's)."""
+    satellite), and peers talk over their inter-satellite link when it has line of sight as
+    the message starts (a window's end then holds the rest for the next one) or, without
+    one, through the ground (up at one pass, down at the receiver's): an ISL pair out of
+    sight, perhaps for good, is no route."""
 
     def __init__(
         self,
@@ -272,7 +285,7 @@ class SatelliteNetwork(Network):
         self, sender: int, receiver: int, num_bytes: int
     ) -> Generator[simpy.Event, None, simpy.Event]:
         delivered = self.env.event()
-        if self.graph is not None and self.graph.has_edge(sender, receiver):
+        if receiver in self.visible_peers(sender, self.env.now):  # an ISL in sight now
             link = self.satellites.isl(sender, receiver)
             reached, _ = yield from self._transfer(
                 self._passes, "d2d", sender, [receiver], num_bytes, link, 0.0
@@ -283,6 +296,10 @@ class SatelliteNetwork(Network):
         yield from self.upload(sender, num_bytes)
         self.env.process(self._beam(receiver, num_bytes, delivered))
         return delivered
+
+    def note_unfinished(self) -> None:
+        """Count the transfers the run's end leaves waiting or on the air (``PassMedium``)."""
+        self._passes.note_unfinished()
 
     def peers(self, client: int) -> list[int]:
         """The satellite's ISL neighbours in line of sight now: the graph at a time is who

@@ -1,8 +1,8 @@
 """A World's constellation, built from ``system.constellation``: the satellites' links to the
 server's nodes and to each other (``fedsim.sim.passes``), and what a run writes of them:
-``passes.csv`` (every pass of the run and what it carried), ``satellites.csv`` (per satellite:
-passes per day, contact time, bytes per pass, time spent waiting for a pass) and the
-summary's ``constellation`` block."""
+``passes.csv`` (every pass of the run, what it carried, its largest Doppler shifts),
+``satellites.csv`` (per satellite: passes per day, contact time, bytes per pass, time spent
+waiting for a pass) and the summary's ``constellation`` block."""
 
 from __future__ import annotations
 
@@ -164,9 +164,10 @@ def build_satellite_network(
         - orbits.EARTH_RADIUS_M,
         1e5,
     )
-    peak_bps = peak_rate_bps(config)
-    links = SatelliteLinks(uplinks, downlinks, isls, min_altitude_m / ntn.SPEED_OF_LIGHT_M_S,
-                           peak_bps)  # fmt: skip
+    links = SatelliteLinks(
+        uplinks, downlinks, isls, min_altitude_m / ntn.SPEED_OF_LIGHT_M_S, peak_rate_bps(config),
+        config.link.value("to_ground_ghz") * 1e9, config.link.value("from_ground_ghz") * 1e9,
+    )  # fmt: skip
 
     def visible_peers(sat: int, time_s: float) -> list[int]:
         if graph is None:
@@ -221,7 +222,9 @@ def peak_rate_bps(config: ConstellationConfig) -> float:
 
 
 def write_satellite_files(network: SatelliteNetwork, run_dir: Path | None, end_s: float) -> dict:
-    """passes.csv and satellites.csv (with a run folder); returns the summary's block."""
+    """passes.csv and satellites.csv (with a run folder); returns the summary's block. The
+    transfers the run's end leaves waiting or on the air count up to ``end_s``."""
+    network.note_unfinished()
     contacts = network.contacts
     links = network.satellites
     passes = contacts.passes(end_s) if end_s > 0 else []
@@ -260,10 +263,13 @@ def write_satellite_files(network: SatelliteNetwork, run_dir: Path | None, end_s
             writer = csv.writer(f)
             writer.writerow(PASSES_COLUMNS)
             for p in sorted(passes, key=lambda p: (p.satellite, p.start_s, p.node)):
+                range_rate = contacts.max_range_rate_m_s(p)
                 writer.writerow([
                     p.satellite, contacts.nodes[p.node].name, f"{p.start_s:.6f}", f"{p.end_s:.6f}",
                     f"{p.end_s - p.start_s:.6f}", round(carried_by_pass.get((p, "up"), 0) / 8),
                     round(carried_by_pass.get((p, "down"), 0) / 8),
+                    *(f"{abs(float(ntn.doppler_hz(carrier_hz, range_rate))):.3f}"
+                      for carrier_hz in (links.uplink_carrier_hz, links.downlink_carrier_hz)),
                 ])  # fmt: skip
         with (run_dir / SATELLITES_FILE).open("w", newline="") as f:
             writer = csv.writer(f)
