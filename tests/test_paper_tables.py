@@ -81,3 +81,39 @@ def test_clients_split_in_thirds_by_size_and_their_last_accuracies(tmp_path):
         "5.0,5,0,-1,0.2,10\n5.0,5,1,-1,0.3,10\n9.5,10,0,-1,0.4,10\n9.5,10,1,-1,0.5,10\n"
     )
     assert tables.last_client_accuracies(run) == {0: 0.4, 1: 0.5}
+
+
+def write_hours(folder: Path, name: str, accuracies: list[float], **summary) -> None:
+    """A run evaluated every hour (1 h, 2 h, ...) at these accuracies."""
+    write_run(folder, name, accuracies[-1])
+    rows = "".join(f"{3600.0 * (h + 1)},0,{a}\n" for h, a in enumerate(accuracies))
+    (folder / name / "metrics.csv").write_text(f"time_s,round,accuracy\n{rows}")
+    document = json.loads((folder / name / "summary.json").read_text())
+    document |= {"time_s": 3600.0 * len(accuracies), **summary}
+    (folder / name / "summary.json").write_text(json.dumps(document))
+
+
+def test_the_satellite_table_reads_accuracy_at_the_hours_and_names_missing_runs(tmp_path):
+    tables = load_tables()
+    isl, isl_iid = (r for r in tables.SATELLITE_RUNS if r.folder.startswith("satellite_fl_isl"))
+    first = [0.5, 0.6, 0.7, 0.8, 0.9, 0.9]  # six hours: nothing at 12, 24 or 72 h
+    write_hours(tmp_path / isl.folder, "dsgd@seed=1", first, time_to_target_s=14400.0, rounds=30)
+    write_hours(tmp_path / isl.folder, "dsgd@seed=2", [a - 0.02 for a in first],
+                time_to_target_s=None, rounds=32)  # fmt: skip
+    cifar = tmp_path / "satellite_fl_cifar10"
+    for label, level in (("fedavg", 0.1), ("fedbuff", 0.3), ("fedasync", 0.35)):
+        write_hours(cifar, f"{label}@seed=1", [level] * 72, time_to_target_s=None, rounds=7)
+    lines = tables.satellite_text(tmp_path).splitlines()
+    assert lines[0].count("|") == lines[1].count("|") == 12
+    assert (
+        f"| {isl.server} | MNIST Dir(0.5) | D-SGD | 49.0 | 69.0 | — | — | — | 4, > 6 | 31 | 2.0 |"
+        in lines
+    )
+    assert f"| {isl.server} | MNIST IID | not run: `{isl_iid.command}` |" in lines
+    assert "--set name=satellite_fl_isl_iid" in isl_iid.command and "{kind: iid}" in isl_iid.command
+    assert ("| the station (Bremen, 10°) | CIFAR-10 Dir(0.5) | FedBuff | 30.0 | 30.0 | 30.0 | "
+            "30.0 | 30.0 | > 72 | 7 | one seed |") in lines  # fmt: skip
+    (cifar / "fedasync@seed=1" / "summary.json").unlink()
+    (cifar / "fedasync@seed=1").rename(cifar / "fedasync_old")
+    with pytest.raises(SystemExit, match="no runs of 'fedasync'"):
+        tables.satellite_text(tmp_path)

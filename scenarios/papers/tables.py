@@ -14,6 +14,9 @@ command its rows name (printed instead of the row while its runs are missing):
 ``perfed_ckt_regimes`` (PerFed-CKT's regime study and, by thirds of the clients sorted by
 training-set size, its difference to Local on the scenario) and ``cobo_cross_device_500``
 (the cross-device reproduction with the paper's 500 training images per client).
+``satellite_fl`` is the satellite-FL reproduction's table (issue 54): accuracy against
+simulated hours for each server placement, run and data split, each made by the command its
+row names (``satellite_fl.yaml`` with ``--set``) while its folder is missing.
 """
 
 from __future__ import annotations
@@ -156,6 +159,121 @@ STUDIES = {
 }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class SatelliteRuns:
+    """Runs of the satellite reproduction: where the server is, the data, the results folder,
+    the runs shown (label -> name) and the options that make them from ``satellite_fl.yaml``."""
+
+    server: str
+    data: str
+    folder: str
+    methods: tuple[tuple[str, str], ...]
+    options: str = ""
+
+    @property
+    def command(self) -> str:
+        parts = ("fedsim run scenarios/papers/satellite_fl.yaml --workers 2",
+                 f"--set name={self.folder}", self.options)  # fmt: skip
+        return " ".join(part for part in parts if part)
+
+
+STATION = "the station (Bremen, 10°)"
+MEO = "a MEO node (20,000 km, equatorial)"
+SERVERS = (("fedavg", "FedAvg"), ("fedbuff", "FedBuff"), ("fedasync", "FedAsync"))
+FEDAVG = SERVERS[:1]
+ON_A_HAP = (
+    "--only fedavg --set 'system.constellation.servers=[{kind: hap, name: hap, "
+    "lat_deg: 53.1, lon_deg: 8.8, min_elevation_deg: 0}]'"
+)
+ON_A_MEO = (
+    "--only fedavg --set 'system.constellation.servers=[{kind: meo, name: meo, "
+    "altitude_km: 20000}]'"
+)
+OVER_ISLS = (
+    "--set 'algorithms=[{name: dsgd, deadline_s: 600}]' "
+    "--set 'system.constellation.isl={neighbours: grid}' --set run.time_budget_s=21600"
+)
+IID = "--set 'dataset.partition={kind: iid}'"
+CIFAR10 = (
+    "--set dataset.name=cifar10 --set 'model={name: lenet5}' --set 'sweep.seed=[1]' "
+    "--set evaluation.target_accuracy=0.4"
+)
+SATELLITE_RUNS = (
+    SatelliteRuns(STATION, "MNIST Dir(0.5)", "satellite_fl", SERVERS),
+    SatelliteRuns(STATION, "MNIST IID", "satellite_fl_iid", SERVERS, IID),
+    SatelliteRuns("a HAP over Bremen (20 km, 0°)", "MNIST Dir(0.5)", "satellite_fl_hap", FEDAVG,
+                  ON_A_HAP),
+    SatelliteRuns("a HAP over Bremen (20 km, 0°)", "MNIST IID", "satellite_fl_hap_iid", FEDAVG,
+                  f"{ON_A_HAP} {IID}"),
+    SatelliteRuns(MEO, "MNIST Dir(0.5)", "satellite_fl_meo", FEDAVG, ON_A_MEO),
+    SatelliteRuns(MEO, "MNIST IID", "satellite_fl_meo_iid", FEDAVG, f"{ON_A_MEO} {IID}"),
+    SatelliteRuns("none: the ISLs in sight (6 h)", "MNIST Dir(0.5)", "satellite_fl_isl",
+                  (("dsgd", "D-SGD"),), OVER_ISLS),
+    SatelliteRuns("none: the ISLs in sight (6 h)", "MNIST IID", "satellite_fl_isl_iid",
+                  (("dsgd", "D-SGD"),), f"{OVER_ISLS} {IID}"),
+    SatelliteRuns(STATION, "CIFAR-10 Dir(0.5)", "satellite_fl_cifar10", SERVERS, CIFAR10),
+    SatelliteRuns(MEO, "CIFAR-10 Dir(0.5)", "satellite_fl_meo_cifar10", FEDAVG,
+                  f"{ON_A_MEO} {CIFAR10}"),
+)  # fmt: skip
+SATELLITE_HOURS = (1, 3, 12, 24, 72)
+
+
+def accuracy_at(run: Path, hours: float) -> float | None:
+    """The mean accuracy (%) of the run's last evaluation by ``hours`` (None past its end)."""
+    with (run / "metrics.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    if not rows or float(rows[-1]["time_s"]) < hours * 3600.0 - 1e-6:
+        return None
+    by_then = [r for r in rows if float(r["time_s"]) <= hours * 3600.0 + 1e-6]
+    return 100.0 * float(by_then[-1]["accuracy"]) if by_then else None
+
+
+def satellite_rows(results: Path) -> list[str]:
+    """The satellite table's rows (markdown): per server placement, data and run, the mean
+    accuracy over the seeds at each of SATELLITE_HOURS, the hours each seed took to the
+    scenario's target, the rounds (server updates) by the end, and the seeds' largest gap at
+    the hours shown; a missing folder prints its command."""
+    lines = []
+    for runs in SATELLITE_RUNS:
+        folder = results / runs.folder
+        if not folder.is_dir():
+            lines.append(f"| {runs.server} | {runs.data} | not run: `{runs.command}` |")
+            continue
+        for label, name in runs.methods:
+            seeds = sorted(final_accuracies(folder, label, ""))
+            paths = [folder / f"{label}@seed={seed}" for seed in seeds]
+            lines.append(satellite_row(runs.server, runs.data, name, paths))
+    return lines
+
+
+def satellite_row(server: str, data: str, name: str, runs: list[Path]) -> str:
+    cells, gap = [], 0.0
+    for hours in SATELLITE_HOURS:
+        values = [accuracy_at(run, hours) for run in runs]
+        if None in values:
+            cells.append("—")
+            continue
+        cells.append(f"{statistics.mean(values):.1f}")
+        gap = max(gap, max(values) - min(values))
+    summaries = [json.loads((run / "summary.json").read_text()) for run in runs]
+    to_target = ", ".join(
+        f"{s['time_to_target_s'] / 3600:g}" if s["time_to_target_s"] is not None
+        else f"> {s['time_s'] / 3600:g}" for s in summaries
+    )  # fmt: skip
+    rounds = statistics.mean(s["rounds"] for s in summaries)
+    spread = f"{gap:.1f}" if len(runs) > 1 else "one seed"
+    return (f"| {server} | {data} | {name} | {' | '.join(cells)} | {to_target} | "
+            f"{rounds:,.0f} | {spread} |")  # fmt: skip
+
+
+def satellite_text(results: Path) -> str:
+    hours = " | ".join(f"{h} h" for h in SATELLITE_HOURS)
+    head = (f"| server | data | run | {hours} | hours to target, per seed | rounds | "
+            "seeds' gap |")  # fmt: skip
+    rule = "|" + "---|" * (len(SATELLITE_HOURS) + 6)
+    return "\n".join([head, rule, *satellite_rows(results)])
+
+
 def study_text(study: Study, results: Path) -> str:
     """The study's row: each method's final accuracy (mean ± interval over seeds, or the
     one seed's), or the command to run while its folder is missing."""
@@ -217,8 +335,11 @@ def last_client_accuracies(run: Path) -> dict[int, float]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("results"))
-    parser.add_argument("--table", choices=("main", *STUDIES), default="main")
+    parser.add_argument("--table", choices=("main", *STUDIES, "satellite_fl"), default="main")
     args = parser.parse_args(argv)
+    if args.table == "satellite_fl":
+        print(satellite_text(args.results))
+        return 0
     if args.table == "main":
         for row in ROWS:
             print(f"{row.headline}: {row_text(row, args.results)}")
