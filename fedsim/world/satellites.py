@@ -315,6 +315,7 @@ def constellation_lines(runs: list[tuple[str, dict | None]], name_width: int) ->
         lines.append(f"{label:>{name_width}} " + " ".join(f"{v:>15.3f}" for v in values))
     lines.append(
         "constellation: passes of a satellite to any server node; wait: transfers' time out of "
-        "sight (store and forward to the next pass), summed over transfers"
+        "sight (store and forward to the next pass), summed over all the satellites' transfers, "
+        "those the run's end leaves waiting included"
     )
     return lines
