@@ -22,6 +22,8 @@ from fedsim.sim.readers import read_availability, read_availability_trace
 
 
 class AlwaysOnline(_Strict):
+    """Every client is online from its arrival until it leaves."""
+
     kind: Literal["always"] = "always"
 
 
@@ -29,9 +31,15 @@ class RenewalAvailability(_Strict):
     """On/off renewal process per client; every client starts online."""
 
     kind: Literal["renewal"] = "renewal"
-    mean_online_s: Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_TIME_S), NO_BOOL]
-    mean_offline_s: Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_TIME_S), NO_BOOL]
-    law: Literal["exponential", "fixed"] = "exponential"
+    mean_online_s: Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_TIME_S), NO_BOOL] = Field(
+        description="mean length of an online period"
+    )
+    mean_offline_s: Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_TIME_S), NO_BOOL] = Field(
+        description="mean length of an offline period"
+    )
+    law: Literal["exponential", "fixed"] = Field(
+        default="exponential", description="periods drawn from an exponential law, or fixed"
+    )
 
 
 class TraceAvailability(_Strict):
@@ -59,16 +67,26 @@ Availability = tagged_union(AVAILABILITIES, "kind")
 
 
 class ScheduledChange(_Strict):
-    time_s: Instant
-    count: Annotated[int, Field(gt=0, le=MAX_CLIENTS), NO_BOOL]
+    """So many clients arrive (or leave) at a simulated instant."""
+
+    time_s: Instant = Field(description="when, in simulated time")
+    count: Annotated[int, Field(gt=0, le=MAX_CLIENTS), NO_BOOL] = Field(
+        description="how many clients"
+    )
 
 
 class ArrivalsConfig(_Strict):
     """New clients drawn, in order, from a reserve partitioned with the others."""
 
-    reserve: Annotated[int, Field(ge=0, le=MAX_CLIENTS), NO_BOOL] = 0
-    rate_per_s: EventRate = 0.0
-    schedule: list[ScheduledChange] = []
+    reserve: Annotated[int, Field(ge=0, le=MAX_CLIENTS), NO_BOOL] = Field(
+        default=0, description="clients held back to arrive later, partitioned with the others"
+    )
+    rate_per_s: EventRate = Field(
+        default=0.0, description="Poisson arrivals (from the reserve); 0: none"
+    )
+    schedule: list[ScheduledChange] = Field(
+        default=[], description="arrivals at given instants (from the reserve)"
+    )
 
     @model_validator(mode="after")
     def _enough_reserve(self) -> ArrivalsConfig:
@@ -85,17 +103,23 @@ class ArrivalsConfig(_Strict):
 class DeparturesConfig(_Strict):
     """Clients leaving for good, chosen uniformly among those present."""
 
-    rate_per_s: EventRate = 0.0
-    schedule: list[ScheduledChange] = []
+    rate_per_s: EventRate = Field(default=0.0, description="Poisson departures; 0: none")
+    schedule: list[ScheduledChange] = Field(default=[], description="departures at given instants")
 
 
 class ClientsConfig(_Strict):
     count: Annotated[int, Field(gt=0, le=MAX_CLIENTS), NO_BOOL] = Field(
         description=f"clients present at the start; with arrivals.reserve at most {MAX_CLIENTS:,}"
     )
-    availability: Availability = AlwaysOnline()
-    arrivals: ArrivalsConfig = ArrivalsConfig()
-    departures: DeparturesConfig = DeparturesConfig()
+    availability: Availability = Field(
+        default=AlwaysOnline(), description="when each client is online"
+    )
+    arrivals: ArrivalsConfig = Field(
+        default=ArrivalsConfig(), description="clients that join during the run"
+    )
+    departures: DeparturesConfig = Field(
+        default=DeparturesConfig(), description="clients that leave for good during the run"
+    )
 
     @model_validator(mode="after")
     def _bounded_population(self) -> ClientsConfig:

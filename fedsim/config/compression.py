@@ -32,7 +32,9 @@ class CastCodec(_CodecBase):
     """Each number in fewer bits: fp16 or bf16 (16), int8 with a float32 scale per layer."""
 
     codec: Literal["cast"]
-    dtype: Literal["fp16", "bf16", "int8"] = "fp16"
+    dtype: Literal["fp16", "bf16", "int8"] = Field(
+        default="fp16", description="the number format on the air"
+    )
 
 
 class QsgdCodec(_CodecBase):
@@ -100,7 +102,9 @@ class PowersgdCodec(_CodecBase):
     """PowerSGD (Vogels et al. 2019): rank-r factors of each matrix, warm-started."""
 
     codec: Literal["powersgd"]
-    rank: Annotated[int, Field(ge=1, le=1024), NO_BOOL] = 2
+    rank: Annotated[int, Field(ge=1, le=1024), NO_BOOL] = Field(
+        default=2, description="r, the rank of each layer's factors"
+    )
 
 
 CODECS = (CastCodec, QsgdCodec, TopkCodec, RandkCodec, SignsgdCodec, EfSignsgdCodec, PowersgdCodec)
@@ -114,8 +118,12 @@ class CompressionConfig(_Strict):
     model it received) on the uplink, the model itself on the downlink, and between peers
     a sender's model as the difference to its public copy (CHOCO-SGD), a gradient as it is."""
 
-    uplink: CodecConfig | None = None
-    downlink: CodecConfig | None = None
+    uplink: CodecConfig | None = Field(
+        default=None, description="codec of the clients' uploads (their updates); null: none"
+    )
+    downlink: CodecConfig | None = Field(
+        default=None, description="codec of the models sent down; null: none"
+    )
     peer: CodecConfig | None = Field(
         default=None, description="peer messages of the serverless algorithms (D2D or relayed)"
     )

@@ -29,13 +29,21 @@ def read_tle_file(path: Path) -> list[tuple[str, str, str]]:
 class WalkerConfig(_Strict):
     """Walker-delta i: T/P/F on circular orbits."""
 
-    total: Annotated[int, Field(ge=1, le=100_000), NO_BOOL]
-    planes: Annotated[int, Field(ge=1, le=10_000), NO_BOOL] = 1
-    phasing: Annotated[int, Field(ge=0, le=100_000), NO_BOOL] = 0
+    total: Annotated[int, Field(ge=1, le=100_000), NO_BOOL] = Field(
+        description="T: the satellites, one client each"
+    )
+    planes: Annotated[int, Field(ge=1, le=10_000), NO_BOOL] = Field(
+        default=1, description="P: orbital planes (total a multiple of them)"
+    )
+    phasing: Annotated[int, Field(ge=0, le=100_000), NO_BOOL] = Field(
+        default=0, description="F: the phasing between adjacent planes (below planes)"
+    )
     altitude_km: Annotated[float, Field(le=100_000), NO_BOOL] = Field(
         description="above the mean radius (6,371 km); at least 100 km"
     )
-    inclination_deg: Annotated[float, Field(ge=0, le=180), NO_BOOL] = 53.0
+    inclination_deg: Annotated[float, Field(ge=0, le=180), NO_BOOL] = Field(
+        default=53.0, description="i: the planes' inclination"
+    )
 
     @field_validator("altitude_km")
     @classmethod
@@ -60,19 +68,32 @@ class ServerNodeConfig(_Strict):
     linked on the ground): a satellite uses whichever it sees, the best one where it sees
     several."""
 
-    kind: Literal["ground", "hap", "meo"] = "ground"
-    name: str = "station"
-    lat_deg: Annotated[float, Field(ge=-90, le=90), NO_BOOL] = 0.0
-    lon_deg: Annotated[float, Field(ge=-180, le=360), NO_BOOL] = 0.0
+    kind: Literal["ground", "hap", "meo"] = Field(
+        default="ground",
+        description="a ground station, a high-altitude platform or a medium-orbit node",
+    )
+    name: str = Field(default="station", description="the node's name (each its own)")
+    lat_deg: Annotated[float, Field(ge=-90, le=90), NO_BOOL] = Field(
+        default=0.0, description="ground and hap: latitude"
+    )
+    lon_deg: Annotated[float, Field(ge=-180, le=360), NO_BOOL] = Field(
+        default=0.0, description="ground and hap: longitude"
+    )
     altitude_km: Annotated[float, Field(ge=0, le=100_000), NO_BOOL] | None = Field(
         default=None, description="ground: 0; hap: 20 (8-50); meo: required (2,000-35,786)"
     )
     min_elevation_deg: Annotated[float, Field(ge=0, le=90), NO_BOOL] = Field(
         default=10.0, description="ground and hap: the elevation mask (0-90)"
     )
-    inclination_deg: Annotated[float, Field(ge=0, le=180), NO_BOOL] = 0.0  # meo
-    raan_deg: Degrees = Field(default=0.0, ge=-360, le=360)  # meo
-    anomaly_deg: Degrees = Field(default=0.0, ge=-360, le=360)  # meo: argument of latitude at 0
+    inclination_deg: Annotated[float, Field(ge=0, le=180), NO_BOOL] = Field(
+        default=0.0, description="meo: its orbit's inclination"
+    )
+    raan_deg: Degrees = Field(
+        default=0.0, ge=-360, le=360, description="meo: right ascension of the ascending node"
+    )
+    anomaly_deg: Degrees = Field(
+        default=0.0, ge=-360, le=360, description="meo: argument of latitude at time 0"
+    )
 
     @model_validator(mode="after")
     def _altitude_by_kind(self) -> ServerNodeConfig:
@@ -113,11 +134,19 @@ class RateConfig(_Strict):
     link adaptation (the MCS meeting ``target_bler``, times 1 − BLER: the link layer's
     expected goodput), or a paper's ``fixed`` rate while in sight."""
 
-    model: Literal["shannon", "nr", "fixed"] = "shannon"
+    model: Literal["shannon", "nr", "fixed"] = Field(
+        default="shannon", description="shannon, nr (link adaptation's goodput) or fixed (mbps)"
+    )
     mbps: RateMbps | None = Field(default=None, description="fixed: the rate")
-    gap_db: Annotated[float, Field(ge=0, le=20), NO_BOOL] = 0.0
-    max_bits_per_hz: Annotated[float, Field(gt=0, le=20), NO_BOOL] | None = None
-    target_bler: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = 0.1
+    gap_db: Annotated[float, Field(ge=0, le=20), NO_BOOL] = Field(
+        default=0.0, description="shannon: Γ, the rate is b·log2(1 + SNR/Γ)"
+    )
+    max_bits_per_hz: Annotated[float, Field(gt=0, le=20), NO_BOOL] | None = Field(
+        default=None, description="shannon: cap on spectral efficiency (null: none)"
+    )
+    target_bler: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = Field(
+        default=0.1, description="nr: the block error rate link adaptation aims at"
+    )
 
     @model_validator(mode="after")
     def _fixed_needs_a_rate(self) -> RateConfig:
@@ -131,21 +160,40 @@ class LinkConfig(_Strict):
     (a platform or a MEO node: free space), and its budget. Null values take the band's
     defaults (``BAND_DEFAULTS``)."""
 
-    band: Literal["Ka", "S"] = "Ka"
-    scenario: Literal["dense_urban", "urban", "suburban", "rural"] = "rural"
+    band: Literal["Ka", "S"] = Field(
+        default="Ka", description="the band: its budget's defaults and its channel tables"
+    )
+    scenario: Literal["dense_urban", "urban", "suburban", "rural"] = Field(
+        default="rural",
+        description="TR 38.811's environment (rural reads the suburban tables)",
+    )
     line_of_sight: Literal["always", "probability"] = Field(
         default="always",
         description="always (a station's antenna sees the sky) or drawn from Table 6.6.1-1",
     )
-    shadowing: bool = True
-    to_ground_ghz: Annotated[float, Field(ge=1, le=54), NO_BOOL] | None = None
-    from_ground_ghz: Annotated[float, Field(ge=1, le=54), NO_BOOL] | None = None
-    bandwidth_mhz: Annotated[float, Field(gt=0, le=10_000), NO_BOOL] | None = None
-    satellite_eirp_dbw: Decibels | None = None
-    satellite_gt_db_per_k: Decibels | None = None
-    station_eirp_dbw: Decibels | None = None
-    station_gt_db_per_k: Decibels | None = None
-    rate: RateConfig = RateConfig()
+    shadowing: bool = Field(default=True, description="TR 38.811's shadow fading")
+    to_ground_ghz: Annotated[float, Field(ge=1, le=54), NO_BOOL] | None = Field(
+        default=None, description="carrier from the satellite to the server (null: the band's)"
+    )
+    from_ground_ghz: Annotated[float, Field(ge=1, le=54), NO_BOOL] | None = Field(
+        default=None, description="carrier from the server to the satellite (null: the band's)"
+    )
+    bandwidth_mhz: Annotated[float, Field(gt=0, le=10_000), NO_BOOL] | None = Field(
+        default=None, description="the link's band (null: the band's default)"
+    )
+    satellite_eirp_dbw: Decibels | None = Field(
+        default=None, description="the satellite's EIRP (null: the band's default)"
+    )
+    satellite_gt_db_per_k: Decibels | None = Field(
+        default=None, description="the satellite's G/T (null: the band's default)"
+    )
+    station_eirp_dbw: Decibels | None = Field(
+        default=None, description="the station's EIRP (null: the band's default)"
+    )
+    station_gt_db_per_k: Decibels | None = Field(
+        default=None, description="the station's G/T (null: the band's default)"
+    )
+    rate: RateConfig = Field(default=RateConfig(), description="what a link's SNR gives")
     segment_s: Annotated[float, Field(ge=0.1, le=600), NO_BOOL] = Field(
         default=5.0, description="the rate is held over segments of a pass this long"
     )
@@ -171,28 +219,49 @@ class IslConfig(_Strict):
     to its neighbours in its plane (``ring``), and to the same slot of the adjacent planes
     (``grid``), while their line of sight clears the Earth by ``grazing_km``."""
 
-    neighbours: Literal["ring", "grid"] = "grid"
-    grazing_km: Annotated[float, Field(ge=0, le=1000), NO_BOOL] = 0.0
-    max_range_km: Annotated[float, Field(gt=0, le=100_000), NO_BOOL] | None = None
+    neighbours: Literal["ring", "grid"] = Field(
+        default="grid",
+        description="ring: the plane's neighbours; grid: and the same slot of the next planes",
+    )
+    grazing_km: Annotated[float, Field(ge=0, le=1000), NO_BOOL] = Field(
+        default=0.0, description="a link's line of sight must clear the Earth by this"
+    )
+    max_range_km: Annotated[float, Field(gt=0, le=100_000), NO_BOOL] | None = Field(
+        default=None, description="no link beyond this range (null: none)"
+    )
     rate_mbps: RateMbps | None = Field(
         default=None, description="a fixed rate; null: the free-space budget below (Shannon)"
     )
-    carrier_ghz: Annotated[float, Field(ge=1, le=100), NO_BOOL] = 26.0
-    bandwidth_mhz: Annotated[float, Field(gt=0, le=10_000), NO_BOOL] = 400.0
-    eirp_dbw: Decibels = 30.0
-    gt_db_per_k: Decibels = 13.0
+    carrier_ghz: Annotated[float, Field(ge=1, le=100), NO_BOOL] = Field(
+        default=26.0, description="the ISL carrier"
+    )
+    bandwidth_mhz: Annotated[float, Field(gt=0, le=10_000), NO_BOOL] = Field(
+        default=400.0, description="the ISL band"
+    )
+    eirp_dbw: Decibels = Field(default=30.0, description="each satellite's ISL EIRP")
+    gt_db_per_k: Decibels = Field(default=13.0, description="each satellite's ISL G/T")
 
 
 class ConstellationConfig(_Strict):
-    walker: WalkerConfig | None = None
+    walker: WalkerConfig | None = Field(
+        default=None, description="the satellites as a Walker-delta constellation (or tle)"
+    )
     tle: Path | None = Field(default=None, description="a TLE file: one satellite per set")
     epoch_utc: Annotated[datetime, NO_BOOL] | None = Field(
         default=None, description="time 0 of the run (TLE: default the latest element epoch)"
     )
-    earth_rotation: bool = True
-    servers: list[ServerNodeConfig] = Field(min_length=1, max_length=1000)
-    link: LinkConfig = LinkConfig()
-    isl: IslConfig | None = None
+    earth_rotation: bool = Field(
+        default=True, description="the Earth turns under the orbits (TLEs need it)"
+    )
+    servers: list[ServerNodeConfig] = Field(
+        min_length=1,
+        max_length=1000,
+        description="the server's nodes; a satellite uses the best one it sees",
+    )
+    link: LinkConfig = Field(default=LinkConfig(), description="the satellite-server links")
+    isl: IslConfig | None = Field(
+        default=None, description="inter-satellite links, the D2D graph; null: none"
+    )
 
     @field_validator("tle")
     @classmethod

@@ -26,6 +26,8 @@ def pool_size(name: str, num_samples: int | None) -> int:
 
 
 class IidPartition(_Strict):
+    """Every client gets an equal share of the pool, drawn at random."""
+
     kind: Literal["iid"] = "iid"
 
 
@@ -33,16 +35,22 @@ class DirichletPartition(_Strict):
     """Per class, client shares ~ Dir(alpha); small alpha = strong label skew."""
 
     kind: Literal["dirichlet"] = "dirichlet"
-    alpha: Annotated[float, Field(ge=1e-6, le=1e6), NO_BOOL] = 0.5
-    min_samples_per_client: PositiveInt = 10
+    alpha: Annotated[float, Field(ge=1e-6, le=1e6), NO_BOOL] = Field(
+        default=0.5, description="concentration: small is strong label skew, large near iid"
+    )
+    min_samples_per_client: PositiveInt = Field(
+        default=10, description="redraw the split until every client holds at least this many"
+    )
 
 
 class LabelGroupsPartition(_Strict):
     """FedeRiCo's split: disjoint label sets, one per group; each client in one group."""
 
     kind: Literal["label_groups"] = "label_groups"
-    groups: PositiveInt = 2
-    balanced: bool = True
+    groups: PositiveInt = Field(default=2, description="label sets (and client groups)")
+    balanced: bool = Field(
+        default=True, description="equal numbers of clients and labels per group"
+    )
 
 
 PARTITIONS = (IidPartition, DirichletPartition, LabelGroupsPartition)
@@ -57,9 +65,14 @@ class GroupShift(_Strict):
     (covariate shift; default k * 360 / groups).
     """
 
-    kind: Literal["label_permutation", "rotation"]
-    groups: PositiveInt = 4
-    angles_deg: list[Annotated[float, Field(ge=-360, le=360), NO_BOOL]] | None = None
+    kind: Literal["label_permutation", "rotation"] = Field(
+        description="label_permutation: each group relabels the classes (concept shift); "
+        "rotation: each group's images are rotated (covariate shift)"
+    )
+    groups: PositiveInt = Field(default=4, description="groups of contiguous clients")
+    angles_deg: list[Annotated[float, Field(ge=-360, le=360), NO_BOOL]] | None = Field(
+        default=None, description="rotation: one angle per group (default k · 360 / groups)"
+    )
     sizes: list[PositiveInt] | None = Field(
         default=None, description="clients per group, in client order (default: equal blocks)"
     )
@@ -100,15 +113,21 @@ def _names_a_folder(value: Any) -> Any:
 
 
 class DatasetConfig(_Strict):
-    name: Literal["mnist", "fashion_mnist", "cifar10", "synthetic"]
+    name: Literal["mnist", "fashion_mnist", "cifar10", "synthetic"] = Field(
+        description="the dataset (synthetic: a small generated set, no files)"
+    )
     root: Annotated[Path | None, BeforeValidator(_names_a_folder)] = Field(
         default=None, description=f"data folder; default ${DATA_ENV_VAR}, else ./data"
     )
-    download: bool = True
+    download: bool = Field(
+        default=True, description="download with torchvision when the files are missing"
+    )
     num_samples: PositiveInt | None = Field(
         default=None, description="random subset of the training pool shared by all clients"
     )
-    test_fraction: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = 0.2
+    test_fraction: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = Field(
+        default=0.2, description="share of each client's data kept as its local test set"
+    )
     train_fractions: list[Annotated[float, Field(gt=0, lt=1), NO_BOOL]] | None = Field(
         default=None,
         min_length=1,
@@ -118,8 +137,12 @@ class DatasetConfig(_Strict):
             "test_fraction 0.5); default: all but the test share"
         ),
     )
-    partition: Partition = IidPartition()
-    group_shift: GroupShift | None = None
+    partition: Partition = Field(
+        default=IidPartition(), description="how the pool is split among the clients"
+    )
+    group_shift: GroupShift | None = Field(
+        default=None, description="a shift per group of clients on top of the partition"
+    )
     timing_samples: TimingSamples | None = Field(
         default=None,
         description="timing-only runs (fedsim budget): per-client sample counts from a law",

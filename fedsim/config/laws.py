@@ -65,17 +65,22 @@ def _low_at_most_high(low: str, high: str) -> Callable[..., Any]:
 
 
 class Constant(_Strict):
+    """One value for every client (a plain number is this law), in the unit of the key that
+    takes the law."""
+
     kind: Literal["constant"] = "constant"
-    value: RateMbps
+    value: RateMbps = Field(description="the value")
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         return np.full(size, self.value)
 
 
 class Uniform(_Strict):
+    """Each client's value uniform between low and high (the key's unit)."""
+
     kind: Literal["uniform"] = "uniform"
-    low: RateMbps
-    high: RateMbps
+    low: RateMbps = Field(description="smallest value")
+    high: RateMbps = Field(description="largest value (at least low)")
 
     _ordered = _low_at_most_high("low", "high")
 
@@ -84,9 +89,13 @@ class Uniform(_Strict):
 
 
 class LogNormal(_Strict):
+    """Each client's value median · e^(σ Z), Z standard normal, held within the rate bounds."""
+
     kind: Literal["lognormal"] = "lognormal"
-    median: RateMbps
-    sigma: Annotated[float, Field(ge=0, le=MAX_LOG_SIGMA), NO_BOOL]
+    median: RateMbps = Field(description="the median (the key's unit)")
+    sigma: Annotated[float, Field(ge=0, le=MAX_LOG_SIGMA), NO_BOOL] = Field(
+        description="σ of the logarithm (e^σ: the spread factor of one standard deviation)"
+    )
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """Draws within the bounds of the law's parameters: its tails would otherwise reach
@@ -105,17 +114,21 @@ PositiveDistribution = Annotated[
 
 
 class ConstantDbm(_Strict):
+    """One power for every client (a plain number is this law)."""
+
     kind: Literal["constant"] = "constant"
-    value_dbm: PowerDbm
+    value_dbm: PowerDbm = Field(description="the power")
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         return np.full(size, self.value_dbm)
 
 
 class UniformDbm(_Strict):
+    """Each client's power uniform in dBm between low_dbm and high_dbm."""
+
     kind: Literal["uniform"] = "uniform"
-    low_dbm: PowerDbm
-    high_dbm: PowerDbm
+    low_dbm: PowerDbm = Field(description="lowest power")
+    high_dbm: PowerDbm = Field(description="highest power (at least low_dbm)")
 
     _ordered = _low_at_most_high("low_dbm", "high_dbm")
 
@@ -127,8 +140,8 @@ class NormalDbm(_Strict):
     """Normal in dB (log-normal in watts), clipped to -30..60 dBm."""
 
     kind: Literal["normal"] = "normal"
-    mean_dbm: PowerDbm
-    std_db: Annotated[float, Field(ge=0, le=20), NO_BOOL]
+    mean_dbm: PowerDbm = Field(description="mean power")
+    std_db: Annotated[float, Field(ge=0, le=20), NO_BOOL] = Field(description="standard deviation")
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         return np.clip(self.mean_dbm + self.std_db * rng.standard_normal(size), -30.0, 60.0)

@@ -44,16 +44,24 @@ class LogDistancePathLoss(_Strict):
     """PL(d0) + 10 alpha log10(d / d0) dB (Rappaport)."""
 
     kind: Literal["log_distance"] = "log_distance"
-    reference_loss_db: Annotated[float, Field(ge=0, le=200), NO_BOOL] = 40.0
-    reference_distance_m: Annotated[float, Field(gt=0, le=1e4), NO_BOOL] = 1.0
-    exponent: Annotated[float, Field(ge=1, le=8), NO_BOOL] = 3.0
+    reference_loss_db: Annotated[float, Field(ge=0, le=200), NO_BOOL] = Field(
+        default=40.0, description="PL(d0), the loss at the reference distance"
+    )
+    reference_distance_m: Annotated[float, Field(gt=0, le=1e4), NO_BOOL] = Field(
+        default=1.0, description="d0"
+    )
+    exponent: Annotated[float, Field(ge=1, le=8), NO_BOOL] = Field(
+        default=3.0, description="alpha, the path-loss exponent"
+    )
 
 
 class FreeSpacePathLoss(_Strict):
     """Friis: 20 log10(4 pi d f / c) dB."""
 
     kind: Literal["free_space"] = "free_space"
-    carrier_ghz: Annotated[float, Field(ge=0.01, le=300), NO_BOOL] = 2.0
+    carrier_ghz: Annotated[float, Field(ge=0.01, le=300), NO_BOOL] = Field(
+        default=2.0, description="f, the carrier frequency"
+    )
 
 
 def _name_is_kind(value: Any) -> Any:
@@ -73,8 +81,12 @@ class _Tr38901PathLoss(_Strict):
     carrier_ghz: Annotated[float, Field(ge=0.5, le=100), NO_BOOL] = Field(
         default=3.5, description="f_c (RMa is specified up to 30 GHz)"
     )
-    bs_height_m: Annotated[float, Field(gt=1, le=150), NO_BOOL] | None = None
-    ut_height_m: Annotated[float, Field(ge=1, le=22.5), NO_BOOL] | None = None
+    bs_height_m: Annotated[float, Field(gt=1, le=150), NO_BOOL] | None = Field(
+        default=None, description="base station height (null: the scenario's default)"
+    )
+    ut_height_m: Annotated[float, Field(ge=1, le=22.5), NO_BOOL] | None = Field(
+        default=None, description="client (UT) height (null: the scenario's default)"
+    )
     building_height_m: Annotated[float, Field(ge=5, le=50), NO_BOOL] = Field(
         default=5.0, description="rma: h, the average building height"
     )
@@ -84,7 +96,10 @@ class _Tr38901PathLoss(_Strict):
     inh_office: Literal["mixed", "open"] = Field(
         default="mixed", description="inh: the LOS probability of a mixed or an open office"
     )
-    los: Literal["probability", "always", "never"] = "probability"
+    los: Literal["probability", "always", "never"] = Field(
+        default="probability",
+        description="line of sight drawn from the LOS probability, or fixed",
+    )
     shadowing: bool = Field(default=True, description="the table's log-normal shadowing")
 
     @model_validator(mode="after")
@@ -130,9 +145,15 @@ class UmiStreetCanyonPathLoss(_Strict):
     pair from the LOS probability (or fixed); for device-to-device links."""
 
     kind: Literal["umi_street_canyon"] = "umi_street_canyon"
-    carrier_ghz: Annotated[float, Field(ge=0.5, le=100), NO_BOOL] = 2.0
-    height_m: Annotated[float, Field(ge=1.01, le=100), NO_BOOL] = 1.5
-    los: Literal["probability", "always", "never"] = "probability"
+    carrier_ghz: Annotated[float, Field(ge=0.5, le=100), NO_BOOL] = Field(
+        default=2.0, description="f_c"
+    )
+    height_m: Annotated[float, Field(ge=1.01, le=100), NO_BOOL] = Field(
+        default=1.5, description="both antennas' height"
+    )
+    los: Literal["probability", "always", "never"] = Field(
+        default="probability", description="line of sight drawn per pair, or fixed"
+    )
 
 
 D2D_PATH_LOSSES = (UmiStreetCanyonPathLoss, MacroPathLoss, LogDistancePathLoss, FreeSpacePathLoss)
@@ -143,7 +164,9 @@ class FadingConfig(_Strict):
     """Small-scale block fading, constant over blocks of coherence_s (null: re-drawn at every
     transmission); blocks independent, or correlated in time by a Doppler frequency."""
 
-    model: Literal["none", "rayleigh", "rician"] = "none"
+    model: Literal["none", "rayleigh", "rician"] = Field(
+        default="none", description="|h|²: none (1), Rayleigh (Exp(1)) or Rician (k_factor_db)"
+    )
     k_factor_db: Annotated[float, Field(ge=-30, le=40), NO_BOOL] = Field(
         default=3.0, description="rician: line-of-sight over scattered power, dB"
     )
@@ -242,7 +265,9 @@ class HarqLink(_Strict):
     nothing sent below the lowest MCS. See the README's "Link layer"."""
 
     model: Literal["harq"] = "harq"
-    target_bler: Annotated[float, Field(ge=1e-4, le=0.5), NO_BOOL] = 0.1
+    target_bler: Annotated[float, Field(ge=1e-4, le=0.5), NO_BOOL] = Field(
+        default=0.1, description="the block error rate link adaptation aims at"
+    )
     mcs_table: Literal["64qam", "256qam"] = Field(
         default="64qam", description="TS 38.214 Table 5.1.3.1-1 (64qam) or -2 (256qam)"
     )
@@ -329,14 +354,20 @@ class WholeTransferLink(_Strict):
     below snr_threshold_db, or with Chen et al.'s q = 1 − exp(−m/SNR) per block."""
 
     model: Literal["whole_transfer"] = "whole_transfer"
-    loss: Literal["threshold", "packet_error"] = "threshold"
+    loss: Literal["threshold", "packet_error"] = Field(
+        default="threshold",
+        description="threshold: a block below snr_threshold_db loses the transfer; "
+        "packet_error: Chen et al.'s q per block",
+    )
     snr_threshold_db: Annotated[float, Field(ge=-30, le=60), NO_BOOL] = Field(
         default=0.0, description="threshold: the lowest scheme's SNR; it also floors the rate"
     )
     waterfall_m: Annotated[float, Field(gt=0, le=100), NO_BOOL] = Field(
         default=0.023, description="packet_error: m, linear (as fedsim read it before)"
     )
-    max_retransmissions: Annotated[int, Field(ge=0, le=100), NO_BOOL] = 3
+    max_retransmissions: Annotated[int, Field(ge=0, le=100), NO_BOOL] = Field(
+        default=3, description="whole retransmissions before the transfer is given up"
+    )
 
 
 def _link_shorthand(value: Any) -> Any:
@@ -356,8 +387,10 @@ SHANNON_ONLY = ("snr_gap_db", "max_bits_per_hz")  # rates of the ideal link's fo
 class MobilityConfig(_Strict):
     """Random waypoint in the cell (no pauses)."""
 
-    speed_mps: Annotated[float, Field(gt=0, le=100), NO_BOOL]
-    update_s: Annotated[float, Field(ge=0.01, le=MAX_TIME_S), NO_BOOL] = 1.0
+    speed_mps: Annotated[float, Field(gt=0, le=100), NO_BOOL] = Field(description="walking speed")
+    update_s: Annotated[float, Field(ge=0.01, le=MAX_TIME_S), NO_BOOL] = Field(
+        default=1.0, description="positions updated this often"
+    )
 
 
 Numerology = Annotated[Literal[15, 30, 60, 120], NO_BOOL]
@@ -371,7 +404,9 @@ class PrbScheduling(_Strict):
     The fading is flat over the band; PF and max rate give each PRB to the upload whose
     (weighted) rate it raises most, seeing that a client's power spreads over its PRBs."""
 
-    scheduler: Literal["round_robin", "proportional_fair", "max_rate"]
+    scheduler: Literal["round_robin", "proportional_fair", "max_rate"] = Field(
+        description="who gets the PRBs each period"
+    )
     subcarrier_spacing_khz: Numerology | None = Field(
         default=None, description="PRBs of 12 subcarriers (null: link harq's, else 30 kHz)"
     )
@@ -434,12 +469,18 @@ class CellsConfig(_Strict):
     wrap_around: bool = Field(
         default=True, description="edge cells see the interference of a centre cell"
     )
-    interference: bool = True
-    handover_hysteresis_db: Annotated[float, Field(ge=0, le=30), NO_BOOL] = 3.0
+    interference: bool = Field(
+        default=True, description="an upload's SINR counts the uploads of the other cells"
+    )
+    handover_hysteresis_db: Annotated[float, Field(ge=0, le=30), NO_BOOL] = Field(
+        default=3.0, description="hand over when another site is stronger by this"
+    )
     backhaul_mbps: RateMbps = Field(
         default=1000.0, description="each site's link to the server (the cloud), each way"
     )
-    backhaul_latency_s: Annotated[float, Field(ge=0, le=10), NO_BOOL] = 0.005
+    backhaul_latency_s: Annotated[float, Field(ge=0, le=10), NO_BOOL] = Field(
+        default=0.005, description="added to every backhaul transfer"
+    )
     backhaul_sharing: Literal["shared", "dedicated"] = Field(
         default="shared",
         description="shared: a site's transfers in flight one way share its link fairly (as "
@@ -477,18 +518,28 @@ class RadioConfig(_Strict):
     """Link rates from distance, path loss, shadowing, fading and the band (see the README's
     "Radio model"). Defaults: the single-cell setting of Chen et al. and Yang et al. (TWC 2021)."""
 
-    cell_radius_m: Annotated[float, Field(gt=0, le=1e5), NO_BOOL] = 500.0
-    min_distance_m: Annotated[float, Field(gt=0, le=1e5), NO_BOOL] = 10.0
+    cell_radius_m: Annotated[float, Field(gt=0, le=1e5), NO_BOOL] = Field(
+        default=500.0, description="clients placed uniformly in the cell up to this distance"
+    )
+    min_distance_m: Annotated[float, Field(gt=0, le=1e5), NO_BOOL] = Field(
+        default=10.0, description="... and from this distance (35: 3GPP's minimum)"
+    )
     positions: Annotated[Path | None, read_now_by(read_positions)] = Field(
         default=None, description="CSV client,x_m,y_m (relative to the working folder)"
     )
-    path_loss: PathLossConfig = MacroPathLoss()
+    path_loss: PathLossConfig = Field(
+        default=MacroPathLoss(), description="the client-to-base-station law (a name or its keys)"
+    )
     shadowing_db: Annotated[float, Field(ge=0, le=30), NO_BOOL] = Field(
         default=8.0, description="sigma"
     )
-    shadowing_coherence_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S), NO_BOOL] | None = None
-    fading: FadingConfig = FadingConfig()
-    noise_density_dbm_per_hz: Annotated[float, Field(ge=-220, le=-100), NO_BOOL] = -174.0
+    shadowing_coherence_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S), NO_BOOL] | None = Field(
+        default=None, description="shadowing re-drawn this often (null: once for the run)"
+    )
+    fading: FadingConfig = Field(default=FadingConfig(), description="small-scale fading")
+    noise_density_dbm_per_hz: Annotated[float, Field(ge=-220, le=-100), NO_BOOL] = Field(
+        default=-174.0, description="N0, thermal noise"
+    )
     bs_noise_figure_db: Annotated[float, Field(ge=0, le=30), NO_BOOL] = Field(
         default=5.0,
         description="the base station's receiver: uplink and over-the-air slot (3GPP TR 36.814 "
@@ -504,10 +555,10 @@ class RadioConfig(_Strict):
         description="a number, {kind: uniform, low_dbm, high_dbm} or {kind: normal, mean_dbm, "
         "std_db}",
     )
-    base_station_power_dbm: PowerDbm = 30.0
-    uplink_bandwidth_hz: BandwidthHz = 20e6
-    downlink_bandwidth_hz: BandwidthHz = 20e6
-    d2d_bandwidth_hz: BandwidthHz = 10e6
+    base_station_power_dbm: PowerDbm = Field(default=30.0, description="downlink transmit power")
+    uplink_bandwidth_hz: BandwidthHz = Field(default=20e6, description="the uplink band")
+    downlink_bandwidth_hz: BandwidthHz = Field(default=20e6, description="the downlink band")
+    d2d_bandwidth_hz: BandwidthHz = Field(default=10e6, description="each D2D message's band")
     uplink_sharing: UplinkSharing = Field(
         default="equal",
         description="equal, fixed (sub-bands), tdma, or a PRB scheduler: round_robin, "
@@ -516,7 +567,9 @@ class RadioConfig(_Strict):
     uplink_subbands: Annotated[int, Field(ge=1, le=MAX_COUNT), NO_BOOL] = Field(
         default=10, description="fixed: the band is cut into this many sub-bands, one per upload"
     )
-    snr_gap_db: Annotated[float, Field(ge=0, le=20), NO_BOOL] = 0.0
+    snr_gap_db: Annotated[float, Field(ge=0, le=20), NO_BOOL] = Field(
+        default=0.0, description="Γ: the ideal link's rate is b·log2(1 + SNR/Γ)"
+    )
     max_bits_per_hz: Annotated[float, Field(gt=0, le=30), NO_BOOL] | None = Field(
         default=None, description="cap on spectral efficiency (the highest scheme)"
     )
@@ -528,7 +581,9 @@ class RadioConfig(_Strict):
     d2d_path_loss: D2DPathLossConfig = Field(
         default=UmiStreetCanyonPathLoss(), description="phone-to-phone links' own law"
     )
-    mobility: MobilityConfig | None = None
+    mobility: MobilityConfig | None = Field(
+        default=None, description="random-waypoint walks (null: clients stay put)"
+    )
     power_control: OpenLoopPowerControl | None = Field(
         default=None, description="open-loop uplink power control (null: always tx_power_dbm)"
     )

@@ -21,7 +21,6 @@ from fedsim.config.algorithms.cobo import cobo_largest_penalty, cobo_round_facto
 from fedsim.config.algorithms.ucfl import UCFL_PAPER_BATCHES
 from fedsim.config.base import (
     MAX_RATE_MBPS,
-    MAX_ROUNDS,
     MAX_SEED,
     MAX_SWEEP_RUNS,
     MAX_TIME_S,
@@ -56,9 +55,13 @@ SATELLITE_CHECK_S = 86_400.0  # a constellation's visibility is checked over a d
 
 
 class RunConfig(_Strict):
-    rounds: Rounds | None = Field(default=None, description=f"at most {MAX_ROUNDS:,}")
+    """When a run ends: after so many rounds, so much simulated time, or the first of both."""
+
+    rounds: Rounds | None = Field(
+        default=None, description="rounds (an asynchronous server: its model updates)"
+    )
     time_budget_s: Seconds | None = Field(
-        default=None, description="simulated s, <= 1e7 (~116 days)"
+        default=None, description="simulated seconds (<= 1e7, ~116 days)"
     )
 
     @model_validator(mode="after")
@@ -75,9 +78,18 @@ class EvaluationConfig(_Strict):
     rounds stall (churn) or do not exist (asynchronous and decentralized algorithms).
     """
 
-    every_rounds: Rounds | None = None
-    every_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S), NO_BOOL] | None = None
-    target_accuracy: Fraction | None = None
+    every_rounds: Rounds | None = Field(
+        default=None,
+        description="evaluate every so many rounds, and at the last (1 when neither this nor "
+        "every_s is given)",
+    )
+    every_s: Annotated[float, Field(ge=1e-3, le=MAX_TIME_S), NO_BOOL] | None = Field(
+        default=None, description="evaluate every so many simulated seconds instead"
+    )
+    target_accuracy: Fraction | None = Field(
+        default=None,
+        description="the accuracy whose time, bytes and joules to reach go to summary.json",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -92,7 +104,11 @@ class EvaluationConfig(_Strict):
 
 
 class OutputConfig(_Strict):
-    dir: Path = Path("results")
+    """Where results go, and whether the event log is written."""
+
+    dir: Path = Field(
+        default=Path("results"), description="results root: runs go to <dir>/<name>/<label>/"
+    )
     events: bool = Field(default=False, description="write every event to events.jsonl")
 
 
@@ -109,16 +125,26 @@ class Scenario(_Strict):
     name: Annotated[str, AfterValidator(_scenario_name)] = Field(
         description="results folder name: letters, digits, _ . + -"
     )
-    seed: Annotated[int, Field(ge=0, le=MAX_SEED), NO_BOOL] = 0
-    dataset: DatasetConfig
-    model: ModelConfig
-    clients: ClientsConfig
-    system: SystemConfig = SystemConfig()
-    training: TrainingConfig = TrainingConfig()
-    algorithms: Annotated[list[AlgorithmConfig], Field(min_length=1)]
-    run: RunConfig
-    evaluation: EvaluationConfig = EvaluationConfig()
-    output: OutputConfig = OutputConfig()
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED), NO_BOOL] = Field(
+        default=0, description="derives independent random streams per purpose and client"
+    )
+    dataset: DatasetConfig = Field(description="the data and how it is split among the clients")
+    model: ModelConfig = Field(description="what the clients train")
+    clients: ClientsConfig = Field(description="how many, when online, who arrives and leaves")
+    system: SystemConfig = Field(
+        default=SystemConfig(), description="the system model: links, radio, compute, energy"
+    )
+    training: TrainingConfig = Field(
+        default=TrainingConfig(), description="local training, and where it runs"
+    )
+    algorithms: Annotated[list[AlgorithmConfig], Field(min_length=1)] = Field(
+        description="the algorithms compared, each run on the same world"
+    )
+    run: RunConfig = Field(description="when each run ends")
+    evaluation: EvaluationConfig = Field(
+        default=EvaluationConfig(), description="when accuracy is measured, and the target"
+    )
+    output: OutputConfig = Field(default=OutputConfig(), description="where results go")
     sweep: dict[str, Annotated[list[SweepValue], Field(min_length=1)]] = Field(
         default={},
         description="dotted key -> values (numbers, strings, booleans, null): every combination "

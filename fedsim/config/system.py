@@ -30,17 +30,30 @@ from fedsim.sim.readers import read_device_profiles
 
 
 class NetworkConfig(_Strict):
+    """Fixed-rate links (without system.radio): each client's rates, the uplink medium and the
+    downlink's way of sending."""
+
     uplink_mbps: PositiveDistribution = Field(
         default=Constant(value=10.0), description="per-client uplink rate (a number or a law)"
     )
     rho: Factor = Field(default=1.0, description="downlink rate / uplink rate (1e-3..1e3)")
-    latency_s: LatencySeconds = Field(default=0.0, description="added to every transfer (<= 1 h)")
-    uplink_medium: Literal["parallel", "tdma", "shared"] = "parallel"
+    latency_s: LatencySeconds = Field(default=0.0, description="added to every transfer (set-up)")
+    uplink_medium: Literal["parallel", "tdma", "shared"] = Field(
+        default="parallel",
+        description="parallel: each upload at its own rate (FDMA); tdma: one at a time, first "
+        "come first served; shared: concurrent uploads split cell_capacity_mbps",
+    )
     cell_capacity_mbps: RateMbps | None = Field(
         default=None, description="shared uplink: capacity split among concurrent uploads"
     )
-    downlink: Literal["broadcast", "unicast"] = "broadcast"
-    precision_bits: Annotated[Literal[8, 16, 32, 64], NO_BOOL] = 32
+    downlink: Literal["broadcast", "unicast"] = Field(
+        default="broadcast",
+        description="broadcast: one transmission to a group at its slowest member's rate; "
+        "unicast: one copy after another",
+    )
+    precision_bits: Annotated[Literal[8, 16, 32, 64], NO_BOOL] = Field(
+        default=32, description="bits per parameter on the air (without a codec)"
+    )
 
     @model_validator(mode="after")
     def _capacity_for_shared(self) -> NetworkConfig:
@@ -52,16 +65,22 @@ class NetworkConfig(_Strict):
 class D2DConfig(_Strict):
     """Device-to-device links for decentralized algorithms."""
 
-    graph: Literal["complete", "ring", "erdos_renyi", "random_geometric", "edge_list"] = "complete"
-    p: Annotated[float, Field(gt=0, le=1), NO_BOOL] = 0.3
+    graph: Literal["complete", "ring", "erdos_renyi", "random_geometric", "edge_list"] = Field(
+        default="complete", description="who has a D2D link with whom"
+    )
+    p: Annotated[float, Field(gt=0, le=1), NO_BOOL] = Field(
+        default=0.3, description="erdos_renyi: each pair's edge probability"
+    )
     radius: Annotated[float, Field(gt=0, le=2), NO_BOOL] = Field(
         default=0.3, description="in the unit square (from its diagonal, 1.41, on: complete)"
     )
     edge_list: Path | None = Field(
         default=None, description="file of 'u v [rate_mbps]' lines (relative to the working folder)"
     )
-    rate_mbps: PositiveDistribution = Field(default=Constant(value=10.0))
-    latency_s: LatencySeconds = 0.0
+    rate_mbps: PositiveDistribution = Field(
+        default=Constant(value=10.0), description="per-link rate (a number or a law)"
+    )
+    latency_s: LatencySeconds = Field(default=0.0, description="added to every peer message")
     relay: bool = Field(default=False, description="route every peer message via the base station")
 
     @model_validator(mode="after")
@@ -72,22 +91,32 @@ class D2DConfig(_Strict):
 
 
 class DeviceClass(_Strict):
-    fraction: Fraction
+    """A share of the clients whose compute runs at a speed of its own."""
+
+    fraction: Fraction = Field(description="share of the clients (the classes' sum to 1)")
     speed: Factor = Field(description="compute time is divided by this (1e-3..1e3)")
 
 
 class Stragglers(_Strict):
     """A fixed random subset of clients whose compute is slowed down."""
 
-    fraction: Annotated[float, Field(ge=0, le=1), NO_BOOL] = 0.0
-    slowdown: Annotated[float, Field(ge=1, le=MAX_FACTOR), NO_BOOL] = 1.0
+    fraction: Annotated[float, Field(ge=0, le=1), NO_BOOL] = Field(
+        default=0.0, description="share of the clients that straggle"
+    )
+    slowdown: Annotated[float, Field(ge=1, le=MAX_FACTOR), NO_BOOL] = Field(
+        default=1.0, description="their compute time is multiplied by this"
+    )
 
 
 class HeavyTail(_Strict):
     """Extra delay per task ~ scale_s * Lomax(shape) (Pareto II; infinite mean if shape <= 1)."""
 
-    shape: Annotated[float, Field(ge=MIN_TAIL_SHAPE, le=1e6), NO_BOOL]
-    scale_s: Annotated[float, Field(gt=0, le=MAX_COMPUTE_S), NO_BOOL]
+    shape: Annotated[float, Field(ge=MIN_TAIL_SHAPE, le=1e6), NO_BOOL] = Field(
+        description="Lomax shape: the smaller, the heavier the tail"
+    )
+    scale_s: Annotated[float, Field(gt=0, le=MAX_COMPUTE_S), NO_BOOL] = Field(
+        description="scale of the extra delay"
+    )
 
 
 class CyclesConfig(_Strict):
@@ -99,7 +128,9 @@ class CyclesConfig(_Strict):
     frequency_ghz: PositiveDistribution = Field(
         default=Constant(value=1.0), description="per-client CPU frequency (a number or a law)"
     )
-    cycles_per_sample: Annotated[float, Field(ge=1, le=1e12), NO_BOOL] = 2e4
+    cycles_per_sample: Annotated[float, Field(ge=1, le=1e12), NO_BOOL] = Field(
+        default=2e4, description="c: CPU cycles to train on one sample"
+    )
     capacitance: Annotated[float, Field(gt=0, le=1e-20), NO_BOOL] = Field(
         default=1e-28, description="effective switched capacitance kappa"
     )
@@ -112,13 +143,27 @@ class ComputeConfig(_Strict):
     model: Literal["shifted_exponential", "cycles"] = Field(
         default="shifted_exponential", description="what gives the compute *time*"
     )
-    t_min_s: ComputeSeconds = 1.0
-    mean_extra_s: ComputeSeconds = 0.0
-    per: Literal["round", "step", "sample"] = "round"
-    device_classes: list[DeviceClass] = []
-    stragglers: Stragglers = Stragglers()
-    heavy_tail: HeavyTail | None = None
-    cycles: CyclesConfig = CyclesConfig()
+    t_min_s: ComputeSeconds = Field(
+        default=1.0, description="shifted exponential: the shortest time per unit of work"
+    )
+    mean_extra_s: ComputeSeconds = Field(
+        default=0.0, description="shifted exponential: mean of the exponential part"
+    )
+    per: Literal["round", "step", "sample"] = Field(
+        default="round", description="the unit of work one draw is for (multiplied by the work)"
+    )
+    device_classes: list[DeviceClass] = Field(
+        default=[], description="classes of devices; compute time is divided by a class's speed"
+    )
+    stragglers: Stragglers = Field(
+        default=Stragglers(), description="a fixed share of clients, slowed down"
+    )
+    heavy_tail: HeavyTail | None = Field(
+        default=None, description="a heavy-tailed stall added to every task; null: none"
+    )
+    cycles: CyclesConfig = Field(
+        default=CyclesConfig(), description="the CPU of the cycles model (time and energy)"
+    )
 
     @model_validator(mode="after")
     def _classes_sum_to_one(self) -> ComputeConfig:
@@ -134,13 +179,19 @@ class ComputeConfig(_Strict):
 class ChargingConfig(_Strict):
     """An empty battery recharges offline at power_w until resume_fraction of its capacity."""
 
-    power_w: Annotated[float, Field(gt=0, le=1e4), NO_BOOL]
-    resume_fraction: Annotated[float, Field(gt=0, le=1), NO_BOOL] = 0.8
+    power_w: Annotated[float, Field(gt=0, le=1e4), NO_BOOL] = Field(description="charging power")
+    resume_fraction: Annotated[float, Field(gt=0, le=1), NO_BOOL] = Field(
+        default=0.8, description="the client comes back online once charged to this fraction"
+    )
 
 
 class BatteryConfig(_Strict):
+    """A battery per client: when it empties the client leaves, or goes offline to charge."""
+
     capacity_j: PositiveDistribution = Field(description="per-client capacity (a number or a law)")
-    initial_fraction: Annotated[float, Field(gt=0, le=1), NO_BOOL] = 1.0
+    initial_fraction: Annotated[float, Field(gt=0, le=1), NO_BOOL] = Field(
+        default=1.0, description="charge at the start, as a fraction of the capacity"
+    )
     min_fraction: Annotated[float, Field(ge=0, lt=1), NO_BOOL] = Field(
         default=0.0, description="a client below this fraction of its capacity is not selected"
     )
@@ -166,11 +217,13 @@ class EnergyConfig(_Strict):
         description="η of the power amplifier: a transmitter draws its radiated power / η (plus "
         "circuit_power_w); 1: the radiated power alone (e.g. 0.4 for a UE, Björnson et al. 2017)",
     )
-    rx_power_w: Annotated[float, Field(ge=0, le=100), NO_BOOL] = 0.0
+    rx_power_w: Annotated[float, Field(ge=0, le=100), NO_BOOL] = Field(
+        default=0.0, description="drawn while receiving"
+    )
     idle_power_w: Annotated[float, Field(ge=0, le=100), NO_BOOL] = Field(
         default=0.0, description="drawn all the time a client is online"
     )
-    battery: BatteryConfig | None = None
+    battery: BatteryConfig | None = Field(default=None, description="null: no batteries")
 
 
 class DevicesConfig(_Strict):
@@ -193,13 +246,28 @@ class DevicesConfig(_Strict):
 
 
 class SystemConfig(_Strict):
-    network: NetworkConfig = NetworkConfig()
-    compute: ComputeConfig = ComputeConfig()
-    d2d: D2DConfig | None = None
-    radio: RadioConfig | None = None
-    energy: EnergyConfig | None = None
-    devices: DevicesConfig | None = None
-    constellation: ConstellationConfig | None = None  # satellites as the clients
+    """The system model: links, compute, peer links, the radio, energy, device traces and
+    satellites."""
+
+    network: NetworkConfig = Field(
+        default=NetworkConfig(), description="fixed-rate links (latency only, with the radio)"
+    )
+    compute: ComputeConfig = Field(default=ComputeConfig(), description="how long local work takes")
+    d2d: D2DConfig | None = Field(
+        default=None, description="device-to-device links for peer messages; null: none"
+    )
+    radio: RadioConfig | None = Field(
+        default=None, description="rates from a radio channel; null: fixed-rate links"
+    )
+    energy: EnergyConfig | None = Field(
+        default=None, description="joules per client and batteries; null: not counted"
+    )
+    devices: DevicesConfig | None = Field(
+        default=None, description="per-client compute and rates from a device trace"
+    )
+    constellation: ConstellationConfig | None = Field(
+        default=None, description="satellites as the clients; null: none"
+    )
 
     @property
     def uplink_aggregation(self) -> str:

@@ -23,16 +23,22 @@ HiddenSizes = Annotated[
 
 
 class ModelShare(_Strict):
-    name: ModelName
-    fraction: Fraction
-    hidden_sizes: HiddenSizes = (200, 200)
+    """One architecture of a mix and the share of the clients that train it."""
+
+    name: ModelName = Field(description="the architecture")
+    fraction: Fraction = Field(description="share of the clients (the mix's sum to 1)")
+    hidden_sizes: HiddenSizes = Field(default=(200, 200), description="mlp: hidden layer widths")
 
 
 class ModelConfig(_Strict):
     """One architecture for every client, or a mix (model-heterogeneous clients)."""
 
-    name: ModelName | None = None
-    hidden_sizes: HiddenSizes = (200, 200)
+    name: ModelName | None = Field(
+        default=None,
+        description="every client's architecture (mlp; lenet5; cnn, FedAvg's; vgg11, vgg13 "
+        "CIFAR-style with GroupNorm); null with a mix",
+    )
+    hidden_sizes: HiddenSizes = Field(default=(200, 200), description="mlp: hidden layer widths")
     mix: list[ModelShare] = Field(
         default=[], description="architectures and the share of clients that get each"
     )
@@ -57,13 +63,29 @@ class ModelConfig(_Strict):
 
 
 class TrainingConfig(_Strict):
-    optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: Annotated[float, Field(gt=0, le=MAX_LR), NO_BOOL] = 0.05
-    momentum: Annotated[float, Field(ge=0, lt=1), NO_BOOL] = 0.0
-    weight_decay: Annotated[float, Field(ge=0, le=1), NO_BOOL] = 0.0
-    batch_size: PositiveInt = 32
-    local_epochs: PositiveInt | None = None
-    local_steps: PositiveInt | None = None
+    """How a client trains locally, and where and how the training runs on this machine."""
+
+    optimizer: Literal["sgd", "adam"] = Field(
+        default="sgd", description="local optimizer, fresh every round"
+    )
+    lr: Annotated[float, Field(gt=0, le=MAX_LR), NO_BOOL] = Field(
+        default=0.05, description="local learning rate"
+    )
+    momentum: Annotated[float, Field(ge=0, lt=1), NO_BOOL] = Field(
+        default=0.0, description="sgd momentum"
+    )
+    weight_decay: Annotated[float, Field(ge=0, le=1), NO_BOOL] = Field(
+        default=0.0, description="L2 weight decay"
+    )
+    batch_size: PositiveInt = Field(default=32, description="local mini-batch size")
+    local_epochs: PositiveInt | None = Field(
+        default=None,
+        description="passes over the local training set per round (1 when neither this nor "
+        "local_steps is given)",
+    )
+    local_steps: PositiveInt | None = Field(
+        default=None, description="mini-batch steps per round instead of epochs (not both)"
+    )
     engine: Literal["auto", "loop", "vmap", "stacked"] = Field(
         default="auto",
         description="how trainings of one architecture run: one by one (loop), vectorized "
@@ -102,7 +124,7 @@ class TrainingConfig(_Strict):
         default="auto",
         description="clients a batched engine (vmap, stacked) trains or evaluates at once: "
         "auto from the "
-        "model's size, the batch width and the device's free memory (at most "
+        "model's size, the batch width and half the device's total memory (at most "
         "fedsim.learn.execution.MAX_VMAP_CHUNK), or a number; results equal within float "
         "tolerance whatever the chunk",
     )

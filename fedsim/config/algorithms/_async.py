@@ -22,8 +22,10 @@ class AsyncServerConfig(_AlgorithmBase):
         default="polynomial",
         description="s(tau): 1; (1 + tau)^-a; 1 if tau <= b else 1 / (a (tau - b) + 1)",
     )
-    staleness_a: Weight = 0.5
-    staleness_b: Annotated[float, Field(ge=0, le=MAX_ROUNDS), NO_BOOL] = 4.0
+    staleness_a: Weight = Field(default=0.5, description="a of the staleness function")
+    staleness_b: Annotated[float, Field(ge=0, le=MAX_ROUNDS), NO_BOOL] = Field(
+        default=4.0, description="b of the hinge"
+    )
     max_staleness: Annotated[int, Field(ge=0, le=MAX_ROUNDS), NO_BOOL] | None = Field(
         default=None, description="drop older updates (their bytes count as wasted)"
     )

@@ -43,7 +43,9 @@ class SelectionConfig(_Strict):
 class SyncServerConfig(_AlgorithmBase):
     """How a synchronous server picks clients and closes a round."""
 
-    client_fraction: Fraction = 1.0
+    client_fraction: Fraction = Field(
+        default=1.0, description="share of the present clients selected each round"
+    )
     selection: SelectionConfig = Field(
         default=SelectionConfig(), description="which clients it calls (default: random)"
     )
@@ -70,7 +72,9 @@ class ServerOptimizerConfig(_Strict):
     paper's tuned ranges; tune them), betas (0.9, 0.99), tau 1e-3 as in the paper.
     """
 
-    name: Literal["sgd", "momentum", "adagrad", "adam", "yogi"] = "sgd"
+    name: Literal["sgd", "momentum", "adagrad", "adam", "yogi"] = Field(
+        default="sgd", description="the server's optimizer"
+    )
     lr: Annotated[float, Field(gt=0, le=MAX_LR), NO_BOOL] = Field(
         default=1.0, description="η, the server learning rate (default depends on name)"
     )

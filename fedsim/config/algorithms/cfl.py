@@ -16,5 +16,7 @@ class CflConfig(FedAvgFamilyConfig):
     name: Literal["cfl"]
     eps1: UpdateNorm = Field(default=0.4, description="split when the mean update norm < eps1")
     eps2: UpdateNorm = Field(default=1.6, description="... and the max update norm > eps2")
-    warmup_rounds: Annotated[int, Field(ge=0, le=MAX_ROUNDS), NO_BOOL] = 20
-    max_clusters: PositiveInt = 8
+    warmup_rounds: Annotated[int, Field(ge=0, le=MAX_ROUNDS), NO_BOOL] = Field(
+        default=20, description="no split before this round"
+    )
+    max_clusters: PositiveInt = Field(default=8, description="no split beyond this many clusters")

@@ -15,4 +15,6 @@ class DittoConfig(FedAvgFamilyConfig):
 
     name: Literal["ditto"]
     lam: Weight = Field(default=0.1, description="the papers tune lam in {0.1, 0.5, 1}")
-    personal_epochs: PositiveInt = 1
+    personal_epochs: PositiveInt = Field(
+        default=1, description="epochs of the personal model per round (a second training)"
+    )

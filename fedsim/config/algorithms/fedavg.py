@@ -43,11 +43,11 @@ class _FedOptPreset(FedAvgFamilyConfig):
 
 
 def _preset_optimizer(preset: str) -> Any:
-    """A preset's server_optimizer field: the base class's description (default sgd) is not
-    true of it. The default object stays the base class's (the schema shows it): validation
-    always fills in the preset's name."""
+    """A preset's server_optimizer field: the base class's default (sgd) is not true of it.
+    Validation always fills in the preset's name; the default object is the preset's so that the
+    schema (and the reference generated from it) says what a run gets."""
     return Field(
-        default=ServerOptimizerConfig(),
+        default=ServerOptimizerConfig(name=preset),  # type: ignore[arg-type]
         description=f"default {preset}, lr {SERVER_LR_DEFAULTS[preset]:g}: the optimizer its "
         "name says, whose lr, betas and tau may be set",
     )

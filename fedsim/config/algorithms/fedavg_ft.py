@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from fedsim.config.algorithms._sync import FedAvgFamilyConfig
 from fedsim.config.base import PositiveInt
 
@@ -12,4 +14,6 @@ class FedAvgFTConfig(FedAvgFamilyConfig):
     """FedAvg whose clients fine-tune the global model locally before using it."""
 
     name: Literal["fedavg_ft"]
-    finetune_epochs: PositiveInt = 1
+    finetune_epochs: PositiveInt = Field(
+        default=1, description="epochs of fine-tuning on the client's data before evaluation"
+    )

@@ -18,4 +18,6 @@ class FedFomoConfig(SyncServerConfig):
     epsilon: Annotated[float, Field(ge=0, le=1), NO_BOOL] = Field(
         default=0.3, description="exploration: chance of a random peer instead of a top one"
     )
-    validation_fraction: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = 0.2
+    validation_fraction: Annotated[float, Field(gt=0, lt=1), NO_BOOL] = Field(
+        default=0.2, description="share of the client's training samples held out to weigh peers"
+    )

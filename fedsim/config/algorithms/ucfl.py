@@ -34,8 +34,10 @@ class UcflConfig(SyncServerConfig):
         default="silhouette",
         description="c(k, s_k): s (the authors' code), s - tradeoff_lambda * k, or s / T_round(k)",
     )
-    tradeoff_lambda: Weight = 0.01
-    max_streams: PositiveInt | None = None
+    tradeoff_lambda: Weight = Field(default=0.01, description="the penalty per stream (penalized)")
+    max_streams: PositiveInt | None = Field(
+        default=None, description="the largest k Algorithm 2 tries (null: m - 1)"
+    )
     variance_batches: Annotated[
         Annotated[int, Field(ge=2, le=MAX_COUNT)] | Literal["paper", "auto"], NO_BOOL
     ] = Field(
