@@ -1,7 +1,8 @@
-"""The README's set-up as a newcomer meets it: the CPU-only install pins a torch/torchvision
-pair inside fedsim's ranges, which admit PyTorch's CPU builds (versions with a ``+cpu`` local
-label), so installing fedsim afterwards keeps the CPU build instead of pulling the CUDA wheels;
-the documented commands survive zsh; fedsim runs where torchvision is missing or broken."""
+"""The set-up as a newcomer meets it (the README and the site's install page): the CPU-only
+install pins a torch/torchvision pair inside fedsim's ranges, which admit PyTorch's CPU builds
+(versions with a ``+cpu`` local label), so installing fedsim afterwards keeps the CPU build
+instead of pulling the CUDA wheels; the documented commands survive zsh and name scenario files
+that exist; fedsim runs where torchvision is missing or broken."""
 
 from __future__ import annotations
 
@@ -27,9 +28,14 @@ def _requirements() -> dict[str, Requirement]:
     return {r.name: r for r in map(Requirement, project["dependencies"])}
 
 
-def _cpu_install_line() -> str:
-    [line] = [line for line in (REPO / "README.md").read_text().splitlines() if CPU_INDEX in line]
-    return line
+def _cpu_install_lines() -> list[str]:
+    """Every line of the documents that installs from PyTorch's CPU index."""
+    return [
+        line
+        for _, text in _documented_commands()
+        for line in text.splitlines()
+        if CPU_INDEX in line and line.startswith("pip install")
+    ]
 
 
 def torchvision_for(torch_version: str) -> str:
@@ -40,16 +46,19 @@ def torchvision_for(torch_version: str) -> str:
 
 
 def test_the_cpu_install_pins_a_torch_torchvision_pair_within_fedsims_ranges():
-    words = _cpu_install_line().split()
-    pinned = {r.name: r for r in map(Requirement, (w for w in words if "==" in w))}
-    assert set(pinned) == {"torch", "torchvision"}
-    versions = {name: next(iter(r.specifier)).version for name, r in pinned.items()}
-    assert versions["torchvision"].startswith(torchvision_for(versions["torch"]) + ".")
-    required = _requirements()
-    for name, version in versions.items():
-        assert required[name].specifier.contains(version), name
-        assert required[name].specifier.contains(f"{version}+cpu"), name
-    assert _cpu_install_line().endswith(f"--index-url {CPU_INDEX}")
+    lines = _cpu_install_lines()
+    readme = [line for line in (REPO / "README.md").read_text().splitlines() if CPU_INDEX in line]
+    assert len(readme) == 1 and readme[0] in lines and len(lines) >= 2  # README and the site
+    for line in lines:
+        pinned = {r.name: r for r in map(Requirement, (w for w in line.split() if "==" in w))}
+        assert set(pinned) == {"torch", "torchvision"}
+        versions = {name: next(iter(r.specifier)).version for name, r in pinned.items()}
+        assert versions["torchvision"].startswith(torchvision_for(versions["torch"]) + ".")
+        required = _requirements()
+        for name, version in versions.items():
+            assert required[name].specifier.contains(version), name
+            assert required[name].specifier.contains(f"{version}+cpu"), name
+        assert line.endswith(f"--index-url {CPU_INDEX}")
 
 
 def test_fedsims_torch_ranges_end_at_pairs():
@@ -75,10 +84,10 @@ SET_VALUE = re.compile(r"--set[ =](\S+)")
 
 
 def _documented_commands() -> list[tuple[str, str]]:
-    """(file, text) of every document a user copies commands from: the READMEs, the scenario
-    files' headers."""
+    """(file, text) of every document a user copies commands from: the READMEs, the site's
+    pages (docs/), the scenario files' headers."""
     paths = [REPO / "README.md", *REPO.glob("*/README.md"), *REPO.glob("scenarios/**/*.md")]
-    paths += REPO.glob("scenarios/**/*.yaml")
+    paths += [*REPO.glob("docs/**/*.md"), *REPO.glob("scenarios/**/*.yaml")]
     return [(str(p.relative_to(REPO)), p.read_text()) for p in sorted(set(paths))]
 
 
@@ -92,6 +101,21 @@ def test_every_documented_set_value_with_brackets_is_quoted_for_zsh():
     ]
     assert bare == []
     assert any("--set 'sweep.seed=[" in text for _, text in _documented_commands())  # seen
+    assert any(name.startswith("docs/") for name, _ in _documented_commands())
+
+
+SCENARIO_PATH = re.compile(r"\bscenarios/[\w./-]+\.(?:yaml|py|csv|json)\b")
+
+
+def test_every_scenario_file_a_document_names_exists():
+    """A command copied from the README or the site runs a file that is there."""
+    missing = [
+        f"{name}: {path}"
+        for name, text in _documented_commands()
+        for path in SCENARIO_PATH.findall(text)
+        if not (REPO / path).exists()
+    ]
+    assert missing == []
 
 
 def test_the_set_help_quotes_its_examples(capsys):
@@ -162,3 +186,22 @@ def test_what_needs_torchvision_says_so_where_it_is_broken(
     assert needed_for in error and "torchvision::nms" in error
     minor = int(torch.__version__.split(".")[1])
     assert f"torchvision 0.{minor + 15}, from the same index as torch" in error
+
+
+MARKDOWN_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)")
+
+
+def test_every_relative_link_of_the_readmes_leads_to_a_file():
+    """The README points into docs/; mkdocs build --strict checks the site's own links."""
+    broken = [
+        f"{readme.relative_to(REPO)}: {target}"
+        for readme in [
+            REPO / "README.md",
+            *REPO.glob("*/README.md"),
+            *REPO.glob("scenarios/**/*.md"),
+        ]
+        for target in MARKDOWN_LINK.findall(readme.read_text())
+        if "://" not in target and not (readme.parent / target).exists()
+    ]
+    assert broken == []
+    assert "docs/index.md" in (REPO / "README.md").read_text()

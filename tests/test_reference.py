@@ -1,14 +1,17 @@
 """The scenario reference generated from the schema (fedsim.config.reference, drawn into the
 documentation site by docs/hooks.py): every field described, every field listed once with its
-type, default, unit and bounds."""
+type, default, unit and bounds, and every algorithm's options on a page of the site."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from fedsim.config import Scenario
-from fedsim.config.algorithms import FedAdamConfig
+from fedsim.config.algorithms import ALGORITHM_NAMES, FedAdamConfig, algorithm_model
 from fedsim.config.reference import Reference, unit_of
+from tests.conftest import REPO
 
 SCHEMA = Scenario.model_json_schema()
 REFERENCE = Reference(SCHEMA)
@@ -120,3 +123,30 @@ def test_defaults_are_what_a_run_gets():
 def test_the_unit_is_read_from_the_key_name(key, unit):
     assert unit_of(key) == unit
 
+
+MARKER = re.compile(r"<!-- fedsim:algorithm-options((?: [a-z_0-9]+)+) -->")
+
+
+def test_every_algorithm_of_the_registry_has_its_options_on_one_page():
+    shown = [
+        name
+        for page in sorted((REPO / "docs").rglob("*.md"))
+        for match in MARKER.finditer(page.read_text())
+        for name in match.group(1).split()
+    ]
+    assert sorted(shown) == sorted(ALGORITHM_NAMES)
+    for name in ALGORITHM_NAMES:  # the registry's model is the reference's section
+        assert REFERENCE.section(algorithm_model(name).__name__).tag == ("name", name)
+
+
+def test_the_site_draws_the_reference_and_the_algorithm_tables():
+    pytest.importorskip("mkdocs")
+    from docs import hooks
+
+    markdown = hooks.reference_markdown()
+    for section in REFERENCE.sections:
+        assert f"{{#{section.anchor}}}" in markdown
+    assert "| `rho` | number | `1.0` |  | 0.001 ≤ x ≤ 1000 |" in markdown
+    table = hooks.algorithm_options_markdown("fedadam", "algorithms/synchronous.md")
+    assert "](../scenarios/reference.md#algorithms-server_optimizer)" in table
+    assert "`label`" not in table and "`compression`" not in table  # said once per page
