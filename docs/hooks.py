@@ -4,11 +4,11 @@
   (``fedsim.config.reference``), so a setting is documented by its ``description``;
 - ``<!-- fedsim:algorithms -->``: one line per algorithm of the registry ``fedsim algorithms``
   lists (``ALGORITHM_NAMES``), linked to its page;
-- ``<!-- fedsim:algorithm-options NAME... -->``: each named algorithm's options, the rows of
-  its section of the reference.
+- ``<!-- fedsim:algorithm-options NAME... -->``: each named algorithm's heading, docstring and
+  options (its section of the reference but the keys every algorithm has).
 
-Files outside docs/ that pages show (``EXTERNAL_FILES``) are served from where they live, so
-they are not copied. The build documents this checkout's code, not an installed copy.
+Files outside docs/ that pages show (``EXTERNAL_FILES``) go into the site from where they live,
+with no copy in docs/. The build documents this checkout's code, not an installed copy.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def on_files(files: Files, config: Any) -> Files:
 
 def on_nav(nav: Any, config: Any, files: Files) -> Any:
     """Which page documents each algorithm's options, read before any page is rendered."""
+    _algorithm_pages.clear()  # mkdocs serve builds again in the same process
     for file in files.documentation_pages():
         for match in MARKER.finditer(Path(file.abs_src_path).read_text()):
             if match.group(1) == "algorithm-options":
