@@ -35,7 +35,7 @@ def plot_channel(run_dir: Path, out_path: Path | None = None) -> Path:
         run_dir / RADIO_FILE, RADIO_COLUMNS + (CELLULAR_COLUMNS if cellular else ())
     )
     channel = read_columns(run_dir / CHANNEL_FILE, CHANNEL_COLUMNS)
-    figure = Figure(figsize=(16.5 if cellular else 11, 4))
+    figure = Figure(figsize=(16.5 if cellular else 11, 4), layout="constrained")  # colour bar apart
     panels = figure.subplots(1, 3 if cellular else 2)
     over_time, by_distance = panels[0], panels[1]
     for i, client in enumerate(np.unique(channel["client"]).astype(int)):
