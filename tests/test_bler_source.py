@@ -16,11 +16,11 @@ import tomllib
 import yaml
 from packaging.requirements import Requirement
 
-import fedsim.config.radio as radio_config
+import fedsim.config.link as link_config
 from fedsim.budget import budget_algorithm, format_budgets
 from fedsim.config import ScenarioError, parse_scenario
+from fedsim.config.link import BlerTablesWarning
 from fedsim.config.loading import load_scenario
-from fedsim.config.radio import BlerTablesWarning
 from fedsim.results.files import SCENARIO_FILE
 from fedsim.runner import build_dataset, build_trainers
 from fedsim.sim.bler import SIONNA_FILES
@@ -63,10 +63,10 @@ def expected_tables() -> tuple[str, str | None]:
 @pytest.fixture
 def no_sionna(monkeypatch):
     """Sionna's tables not found, and the once-per-process warning not yet given."""
-    monkeypatch.setattr(radio_config, "sionna_tables_folder", lambda: None)
-    radio_config._warn_builtin_fallback.cache_clear()
+    monkeypatch.setattr(link_config, "sionna_tables_folder", lambda: None)
+    link_config._warn_builtin_fallback.cache_clear()
     yield
-    radio_config._warn_builtin_fallback.cache_clear()
+    link_config._warn_builtin_fallback.cache_clear()
 
 
 # --- recorded in the run's scenario.yaml --------------------------------------------------------

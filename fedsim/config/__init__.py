@@ -4,9 +4,9 @@ Units live in key names (``_s``, ``_mbps``, ``_bits``). Unknown keys are errors,
 typo never silently falls back to a default.
 
 One file per area: ``base`` (bounds, number types, the strict model), ``laws`` (per-client
-value laws), ``data``, ``clients``, ``system`` and ``radio``, ``training``, ``algorithms``,
-``scenario`` (the whole and its cross-section checks), ``errors`` (pydantic's errors in the
-user's words) and ``loading`` (YAML, ``--set``).
+value laws), ``data``, ``clients``, ``system`` and ``radio`` (with its ``pathloss`` and
+``link``), ``training``, ``algorithms``, ``scenario`` (the whole and its cross-section
+checks), ``errors`` (pydantic's errors in the user's words) and ``loading`` (YAML, ``--set``).
 """
 
 from fedsim.config.algorithms import (
@@ -123,28 +123,32 @@ from fedsim.config.laws import (
     Uniform,
     UniformDbm,
 )
-from fedsim.config.loading import apply_overrides, load_scenario, parse_scenario
-from fedsim.config.radio import (
-    TR38901_KINDS,
-    AirCompConfig,
-    CellsConfig,
-    D2DPathLossConfig,
-    FadingConfig,
-    FreeSpacePathLoss,
+from fedsim.config.link import (
     HarqLink,
     IdealLink,
     LinkConfig,
+    OllaConfig,
+    PerUploadLink,
+    WholeTransferLink,
+)
+from fedsim.config.loading import apply_overrides, load_scenario, parse_scenario
+from fedsim.config.pathloss import (
+    TR38901_KINDS,
+    D2DPathLossConfig,
+    FreeSpacePathLoss,
     LogDistancePathLoss,
     MacroPathLoss,
-    MobilityConfig,
-    OllaConfig,
-    OpenLoopPowerControl,
     PathLossConfig,
-    PerUploadLink,
+    UmiStreetCanyonPathLoss,
+)
+from fedsim.config.radio import (
+    AirCompConfig,
+    CellsConfig,
+    FadingConfig,
+    MobilityConfig,
+    OpenLoopPowerControl,
     PrbScheduling,
     RadioConfig,
-    UmiStreetCanyonPathLoss,
-    WholeTransferLink,
 )
 from fedsim.config.scenario import (
     MIXABLE_ALGORITHMS,

@@ -27,7 +27,8 @@ from fedsim.config.clients import AVAILABILITIES
 from fedsim.config.compression import CODECS
 from fedsim.config.data import PARTITIONS
 from fedsim.config.laws import POWER_LAWS, RATE_LAWS
-from fedsim.config.radio import D2D_PATH_LOSSES, LINKS, PATH_LOSSES
+from fedsim.config.link import LINKS
+from fedsim.config.pathloss import D2D_PATH_LOSSES, PATH_LOSSES
 
 # Every tagged union of the schema, with its tag field. Two unions may share a tag (``constant``
 # and ``uniform`` are rate laws and power laws): the registry keeps the first, the rate law, and

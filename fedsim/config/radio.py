@@ -1,10 +1,9 @@
 """The radio (``system.radio``, optional): link rates from a physical-layer channel, with its
-path-loss laws, fading, link layer and mobility."""
+fading, scheduling, power control, cells and mobility; its path-loss laws are in ``pathloss``,
+its link models in ``link``."""
 
 from __future__ import annotations
 
-import warnings
-from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -12,8 +11,6 @@ from pydantic import (
     BeforeValidator,
     Field,
     StrictBool,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
 
@@ -26,138 +23,23 @@ from fedsim.config.base import (
     RateMbps,
     _Strict,
     read_now_by,
-    tagged_union,
 )
 from fedsim.config.laws import ConstantDbm, PowerLaw
-from fedsim.sim.readers import read_positions, sionna_tables_folder, sionna_version
+from fedsim.config.link import (
+    SHANNON_ONLY,
+    SIONNA_MISSING,
+    IdealLink,
+    LinkConfig,
+)
+from fedsim.config.pathloss import (
+    TR38901_KINDS,
+    D2DPathLossConfig,
+    MacroPathLoss,
+    PathLossConfig,
+    UmiStreetCanyonPathLoss,
+)
+from fedsim.sim.readers import read_positions, sionna_tables_folder
 from fedsim.sim.scheduler import prb_hz
-
-
-class MacroPathLoss(_Strict):
-    """128.1 + 37.6 log10(d_km) dB: 3GPP TR 36.814 urban macro cell at 2 GHz, specified from
-    35 m (TR 36.814 Table A.2.1.1-2): nearer, the loss at 35 m."""
-
-    kind: Literal["macro"] = "macro"
-
-
-class LogDistancePathLoss(_Strict):
-    """PL(d0) + 10 alpha log10(d / d0) dB (Rappaport)."""
-
-    kind: Literal["log_distance"] = "log_distance"
-    reference_loss_db: Annotated[float, Field(ge=0, le=200), NO_BOOL] = Field(
-        default=40.0, description="PL(d0), the loss at the reference distance"
-    )
-    reference_distance_m: Annotated[float, Field(gt=0, le=1e4), NO_BOOL] = Field(
-        default=1.0, description="d0"
-    )
-    exponent: Annotated[float, Field(ge=1, le=8), NO_BOOL] = Field(
-        default=3.0, description="alpha, the path-loss exponent"
-    )
-
-
-class FreeSpacePathLoss(_Strict):
-    """Friis: 20 log10(4 pi d f / c) dB."""
-
-    kind: Literal["free_space"] = "free_space"
-    carrier_ghz: Annotated[float, Field(ge=0.01, le=300), NO_BOOL] = Field(
-        default=2.0, description="f, the carrier frequency"
-    )
-
-
-def _name_is_kind(value: Any) -> Any:
-    """``path_loss: macro`` is ``{kind: macro}`` (its defaults)."""
-    return {"kind": value} if isinstance(value, str) else value
-
-
-class _Tr38901PathLoss(_Strict):
-    """3GPP TR 38.901 Table 7.4.1-1 (UMa, UMi street canyon, RMa, InH office) between a client
-    and its base station, each client's line of sight drawn (seeded, once per client) from
-    Table 7.4.2-1's LOS probability at its distance; the shadowing σ is the table's for that
-    state (``system.radio.shadowing_db`` does not apply). Heights: null is the scenario's
-    default (TR 38.901 Table 7.2-1: BS 25 m UMa, 10 m UMi, 35 m RMa, 3 m InH; UT 1.5 m, 1 m
-    InH)."""
-
-    kind: str
-    carrier_ghz: Annotated[float, Field(ge=0.5, le=100), NO_BOOL] = Field(
-        default=3.5, description="f_c (RMa is specified up to 30 GHz)"
-    )
-    bs_height_m: Annotated[float, Field(gt=1, le=150), NO_BOOL] | None = Field(
-        default=None, description="base station height (null: the scenario's default)"
-    )
-    ut_height_m: Annotated[float, Field(ge=1, le=22.5), NO_BOOL] | None = Field(
-        default=None, description="client (UT) height (null: the scenario's default)"
-    )
-    building_height_m: Annotated[float, Field(ge=5, le=50), NO_BOOL] = Field(
-        default=5.0, description="rma: h, the average building height"
-    )
-    street_width_m: Annotated[float, Field(ge=5, le=50), NO_BOOL] = Field(
-        default=20.0, description="rma: W, the average street width"
-    )
-    inh_office: Literal["mixed", "open"] = Field(
-        default="mixed", description="inh: the LOS probability of a mixed or an open office"
-    )
-    los: Literal["probability", "always", "never"] = Field(
-        default="probability",
-        description="line of sight drawn from the LOS probability, or fixed",
-    )
-    shadowing: bool = Field(default=True, description="the table's log-normal shadowing")
-
-    @model_validator(mode="after")
-    def _rma_up_to_30_ghz(self) -> _Tr38901PathLoss:
-        if self.kind == "rma" and self.carrier_ghz > 30:
-            raise ValueError("carrier_ghz: RMa is specified from 0.5 to 30 GHz")
-        return self
-
-
-class UmaPathLoss(_Tr38901PathLoss):
-    """TR 38.901 urban macro (BS 25 m, ISD 500 m)."""
-
-    kind: Literal["uma"] = "uma"
-
-
-class UmiPathLoss(_Tr38901PathLoss):
-    """TR 38.901 urban micro, street canyon (BS 10 m, ISD 200 m)."""
-
-    kind: Literal["umi"] = "umi"
-
-
-class RmaPathLoss(_Tr38901PathLoss):
-    """TR 38.901 rural macro (BS 35 m, ISD 1732 m)."""
-
-    kind: Literal["rma"] = "rma"
-
-
-class InhPathLoss(_Tr38901PathLoss):
-    """TR 38.901 indoor hotspot, office (BS 3 m on the ceiling, UT 1 m)."""
-
-    kind: Literal["inh"] = "inh"
-
-
-TR38901_PATH_LOSSES = (UmaPathLoss, UmiPathLoss, RmaPathLoss, InhPathLoss)
-TR38901_KINDS = tuple(law.model_fields["kind"].default for law in TR38901_PATH_LOSSES)
-PATH_LOSSES = (MacroPathLoss, LogDistancePathLoss, FreeSpacePathLoss, *TR38901_PATH_LOSSES)
-PathLossConfig = Annotated[tagged_union(PATH_LOSSES, "kind"), BeforeValidator(_name_is_kind)]
-
-
-class UmiStreetCanyonPathLoss(_Strict):
-    """3GPP TR 38.901 UMi-Street Canyon between two antennas at one height (1.5 m: two
-    handsets, as TR 37.885 takes it for vehicle-to-vehicle links), line of sight drawn per
-    pair from the LOS probability (or fixed); for device-to-device links."""
-
-    kind: Literal["umi_street_canyon"] = "umi_street_canyon"
-    carrier_ghz: Annotated[float, Field(ge=0.5, le=100), NO_BOOL] = Field(
-        default=2.0, description="f_c"
-    )
-    height_m: Annotated[float, Field(ge=1.01, le=100), NO_BOOL] = Field(
-        default=1.5, description="both antennas' height"
-    )
-    los: Literal["probability", "always", "never"] = Field(
-        default="probability", description="line of sight drawn per pair, or fixed"
-    )
-
-
-D2D_PATH_LOSSES = (UmiStreetCanyonPathLoss, MacroPathLoss, LogDistancePathLoss, FreeSpacePathLoss)
-D2DPathLossConfig = Annotated[tagged_union(D2D_PATH_LOSSES, "kind"), BeforeValidator(_name_is_kind)]
 
 
 class FadingConfig(_Strict):
@@ -220,168 +102,6 @@ class FadingConfig(_Strict):
                 "rician and a coherence_s (the blocks it samples h(t) at)"
             )
         return self
-
-
-class IdealLink(_Strict):
-    """Shannon's rate on the band share (with snr_gap_db and max_bits_per_hz), nothing lost."""
-
-    model: Literal["ideal"] = "ideal"
-
-
-class OllaConfig(_Strict):
-    """Outer-loop link adaptation (Sampath et al. 1997; Sionna SYS's OuterLoopLinkAdaptation):
-    the SNR offset rises by step_db per failed transport block and falls by
-    step_db·target/(1 − target) per delivered one, so the BLER converges to the target."""
-
-    step_db: Annotated[float, Field(gt=0, le=10), NO_BOOL] = Field(
-        default=1.0, description="Δ_up per failed block (Sionna's default)"
-    )
-
-
-SIONNA_MISSING = (
-    "Sionna's 5G NR BLER tables are not installed here (sionna-no-rt, a dependency of fedsim "
-    "on Python 3.11 and later: install fedsim again to get it)"
-)
-
-
-class BlerTablesWarning(UserWarning):
-    """``bler_tables: auto`` without Sionna's tables: the built-in curves instead."""
-
-
-@cache  # once per process
-def _warn_builtin_fallback() -> None:
-    warnings.warn(
-        f"system.radio.link.bler_tables: auto, but {SIONNA_MISSING}: the harq link uses the "
-        "built-in curves instead, within 1 dB of Sionna's, so MCS, BLER and times differ from "
-        "Sionna's by several percent (bler_tables: builtin chooses them without this warning)",
-        BlerTablesWarning,
-        stacklevel=2,
-    )
-
-
-class HarqLink(_Strict):
-    """NR transport blocks: per fading block, the highest MCS whose BLER at the channel
-    estimate meets target_bler; failed blocks sent again (HARQ) while the transfer goes on;
-    nothing sent below the lowest MCS. See the README's "Link layer"."""
-
-    model: Literal["harq"] = "harq"
-    target_bler: Annotated[float, Field(ge=1e-4, le=0.5), NO_BOOL] = Field(
-        default=0.1, description="the block error rate link adaptation aims at"
-    )
-    mcs_table: Literal["64qam", "256qam"] = Field(
-        default="64qam", description="TS 38.214 Table 5.1.3.1-1 (64qam) or -2 (256qam)"
-    )
-    subcarrier_spacing_khz: Annotated[Literal[15, 30, 60, 120], NO_BOOL] = Field(
-        default=30, description="numerology: PRBs of 12 subcarriers, slots of 15/SCS ms"
-    )
-    bler_tables: Literal["auto", "sionna", "builtin"] = Field(
-        default="auto",
-        validate_default=True,
-        description="BLER curves: Sionna's 5G NR tables (sionna-no-rt, a dependency), or the "
-        "built-in finite-length bound; auto: Sionna's, or where they are not found the built-in "
-        "ones with a warning (resolved at validation)",
-    )
-    bler_tables_version: str | None = Field(
-        default=None,
-        validate_default=True,
-        description="recorded, not chosen: the version of sionna-no-rt whose tables the link "
-        "reads (null: the built-in curves), filled in at validation from what is installed, so "
-        "a value read back (a run's scenario.yaml) becomes this machine's",
-    )
-    max_transmissions: Annotated[int, Field(ge=1, le=32), NO_BOOL] = Field(
-        default=4, description="HARQ transmissions of a block before RLC starts it over"
-    )
-    combining: Literal["chase", "none"] = Field(
-        default="chase",
-        description="chase: the k-th transmission of a block decodes at k times the SNR (NR's "
-        "HARQ soft-combines); none: every transmission on its own",
-    )
-    csi_age_blocks: Annotated[int, Field(ge=0, le=100), NO_BOOL] = Field(
-        default=0, description="the MCS follows the SNR of this many fading blocks before"
-    )
-    olla: OllaConfig | None = Field(
-        default=OllaConfig(),
-        description="outer-loop link adaptation, as 3GPP practice has it (null: the MCS "
-        "meets the target at the estimate alone, and the BLER achieved falls well below it)",
-    )
-    link_failure_s: Annotated[float, Field(ge=0.01, le=MAX_TIME_S), NO_BOOL] = Field(
-        default=1.0,
-        description="out of reach this long in a row: the radio link has failed and the "
-        "transfer to that receiver fails (NR's timer T310: 1 s is a common setting of the "
-        "0-6 s TS 38.331 allows)",
-    )
-
-    @field_validator("bler_tables")
-    @classmethod
-    def _tables_here(cls, value: str) -> str:
-        installed = sionna_tables_folder() is not None
-        if value == "auto":
-            if not installed:
-                _warn_builtin_fallback()
-            return "sionna" if installed else "builtin"
-        if value == "sionna" and not installed:
-            raise ValueError(f"sionna, but {SIONNA_MISSING}")
-        return value
-
-    @field_validator("bler_tables_version", mode="before")
-    @classmethod
-    def _tables_version(cls, value: Any, info: ValidationInfo) -> str | None:
-        return sionna_version() if info.data.get("bler_tables") == "sionna" else None
-
-
-class PerUploadLink(_Strict):
-    """Chen et al. (TWC 2021): each upload is lost whole with q = 1 − exp(−m/SNR) (its SNR
-    when it starts), not retried: the round goes on without it. Downlink and D2D are ideal.
-    With ``sinr_threshold_db``, Yang et al. (TCOM 2020)'s rule instead: lost iff its SINR
-    (interference of other cells included) is below the threshold when it starts.
-    The paper lists m = 0.023 "dB": read as dB (m = 1.0053, a waterfall near 0 dB SNR);
-    0.023 taken as linear would put the waterfall at −16 dB, below what any code decodes."""
-
-    model: Literal["per_upload"] = "per_upload"
-    waterfall_db: Annotated[float, Field(ge=-30, le=30), NO_BOOL] = Field(
-        default=0.023, description="m in dB (the paper's 0.023 dB)"
-    )
-    sinr_threshold_db: Annotated[float, Field(ge=-30, le=60), NO_BOOL] | None = Field(
-        default=None,
-        description="instead of the waterfall: the upload is decoded iff its SINR when it "
-        "starts is at least this (Yang et al., TCOM 2020)",
-    )
-
-
-class WholeTransferLink(_Strict):
-    """fedsim's first rule, kept as a pessimistic stress test: a transfer is one codeword,
-    lost whole (and sent again, up to max_retransmissions) when any fading block it spans is
-    below snr_threshold_db, or with Chen et al.'s q = 1 − exp(−m/SNR) per block."""
-
-    model: Literal["whole_transfer"] = "whole_transfer"
-    loss: Literal["threshold", "packet_error"] = Field(
-        default="threshold",
-        description="threshold: a block below snr_threshold_db loses the transfer; "
-        "packet_error: Chen et al.'s q per block",
-    )
-    snr_threshold_db: Annotated[float, Field(ge=-30, le=60), NO_BOOL] = Field(
-        default=0.0, description="threshold: the lowest scheme's SNR; it also floors the rate"
-    )
-    waterfall_m: Annotated[float, Field(gt=0, le=100), NO_BOOL] = Field(
-        default=0.023, description="packet_error: m, linear (as fedsim read it before)"
-    )
-    max_retransmissions: Annotated[int, Field(ge=0, le=100), NO_BOOL] = Field(
-        default=3, description="whole retransmissions before the transfer is given up"
-    )
-
-
-def _link_shorthand(value: Any) -> Any:
-    """``link: harq`` is ``{model: harq}``; ``link: {}`` (a loss model asked for) is harq."""
-    if isinstance(value, str):
-        return {"model": value}
-    if isinstance(value, dict) and "model" not in value:
-        return {"model": "harq", **value}
-    return value
-
-
-LINKS = (IdealLink, HarqLink, PerUploadLink, WholeTransferLink)
-LinkConfig = Annotated[tagged_union(LINKS, "model"), BeforeValidator(_link_shorthand)]
-SHANNON_ONLY = ("snr_gap_db", "max_bits_per_hz")  # rates of the ideal link's formula
 
 
 class MobilityConfig(_Strict):

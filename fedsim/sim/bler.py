@@ -11,7 +11,7 @@ Two sources, each read or computed once at start:
   The MCS the tables lack (0-2 of the 64QAM table: the lowest, where coverage ends) take the
   built-in curves, so the link keeps NR's whole MCS range.
 - ``builtin``, chosen, or the fallback where Sionna's tables are not found (``auto`` then
-  warns: ``fedsim.config.radio``): the normal approximation of the finite-length Gaussian
+  warns: ``fedsim.config.link``): the normal approximation of the finite-length Gaussian
   channel (Polyanskiy, Poor and Verdú, IEEE Trans. IT 2010), a code block of K bits at spectral
   efficiency η using n = K/η channel uses: BLER = Q((n(C − η) + ½log2 n) / √(nV)), C and V
   the capacity and dispersion at SNR/L, with L a loss per modulation order fitted to Sionna
