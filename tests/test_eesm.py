@@ -54,6 +54,19 @@ def test_weights_matter_and_a_zero_weight_is_ignored() -> None:
     assert (more_on_the_good_one > eff).all()
 
 
+def test_many_blocks_at_once_are_each_blocks_own() -> None:
+    """``eesm_rows`` (every PRB count of a share at once) gives each row's ``effective_snr``."""
+    rng = np.random.default_rng(1)
+    snr = rng.exponential(10.0, (9, 12)) * np.geomspace(1e-2, 1e3, 9)[:, None]
+    weights = rng.integers(0, 3, (9, 12)).astype(float)
+    weights[np.arange(9), rng.integers(12, size=9)] += 1.0
+    rows = eesm.eesm_rows(snr, weights, BETAS)
+    for row in range(9):
+        np.testing.assert_allclose(
+            rows[row], effective_snr(snr[row], weights[row], BETAS), rtol=1e-12
+        )
+
+
 def test_checks_its_inputs() -> None:
     one = np.ones(2)
     for snr, weights, betas in [

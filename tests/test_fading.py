@@ -43,12 +43,14 @@ def test_without_a_doppler_blocks_stay_independent_draws():
     assert fading.power_gain(7, FADING, 0, 3, 5) == -math.log(hashed_uniform(7, FADING, 0, 3, 5, 0))
 
 
-@pytest.mark.parametrize("doppler_hz, expected_bler", [(None, 0.119), (5.0, 0.1)])
+@pytest.mark.parametrize("doppler_hz, expected_bler", [(None, 0.104), (5.0, 0.1)])
 def test_a_one_block_old_estimate_follows_a_slow_channel(doppler_hz, expected_bler):
     """At 300 m, blocks of 10 ms, the MCS picked at the previous block's SNR: over
-    independent blocks the estimate misses the fades (the outer loop cannot hold the target,
-    and the goodput is 40% of perfect CSI's); at a pedestrian's 5 Hz Doppler the block before
-    is nearly the same channel (J0²(2π·5·0.01) = 0.95): the target, 85% of the goodput."""
+    independent blocks the estimate misses the fades (the goodput is under half of perfect
+    CSI's; the outer loop holds the BLER near the target only by moving to fewer PRBs as well
+    as lower MCS: 10.4 %, 11.9 % when the share was always spread over the band); at a
+    pedestrian's 5 Hz Doppler the block before is nearly the same channel (J0²(2π·5·0.01) =
+    0.95): the target, 85% of the goodput."""
     rates = {}
     for age in (0, 1):
         env = simpy.Environment()

@@ -5,6 +5,7 @@ per-subband schedulers in test_scheduler.py."""
 
 from __future__ import annotations
 
+import bisect
 import math
 import runpy
 from pathlib import Path
@@ -17,8 +18,10 @@ from fedsim.config import ScenarioError, parse_scenario
 from fedsim.sim.band import ChannelMedium
 from fedsim.sim.draws import Fading
 from fedsim.sim.link import HarqLinkSettings, HarqSettings
-from fedsim.sim.link.adaptation import FlatSnr, Harq, SubbandSnr
+from fedsim.sim.link.adaptation import Harq, Use
 from fedsim.sim.link.eesm import eesm_betas, effective_snr
+from fedsim.sim.link.placement import Held, InARow
+from fedsim.sim.link.views import FlatSnr, SubbandSnr
 from fedsim.sim.radio import UPLINK
 from fedsim.sim.scheduler import UplinkScheduling
 from fedsim.sim.selective import SelectiveFading, SubbandGrid, tdl_profile
@@ -45,22 +48,24 @@ def test_an_equal_gain_on_every_subband_plans_the_flat_channels_period():
     """EESM of equal SNRs is that SNR: a period over subbands of one gain is the flat one,
     block for block (the same MCS, the same failures drawn, the same rate)."""
     harq = Harq(BUILTIN, "uplink")
-    weights = SubbandGrid.of(24, BUILTIN.prb_hz).prbs_array
+    grid = SubbandGrid.of(24, BUILTIN.prb_hz)
     for snr_db in (-3.0, 4.0, 12.5, 25.0):
         flat = harq.plan(0.0, 0, FlatSnr(snr_db, snr_db), 6 * BUILTIN.prb_hz, 1e9, 0.05, 0.3)
-        snr = np.full(len(weights), 10 ** (snr_db / 10))
-        subbands = SubbandSnr((snr,), (snr,), weights)
+        snr = np.full(grid.count, 10 ** (snr_db / 10))
+        subbands = SubbandSnr((snr,), (snr,), InARow(grid, 5))
         selective = harq.plan(0.0, 0, subbands, 6 * BUILTIN.prb_hz, 1e9, 0.05, 0.3)
         assert selective.trace == flat.trace and selective.speed_bps == flat.speed_bps
 
 
 def test_a_block_over_unequal_subbands_is_decoded_at_its_eesm_snr_not_the_mean():
-    """Half the PRBs 10 dB above the other half: the MCS and the failures are those of the
-    EESM effective SNR, below the mean SNR (Jensen), above the weaker half's."""
+    """Half the PRBs 10 dB above the other half: a block on all of them has the MCS of the
+    EESM effective SNR, below the mean SNR (Jensen), above the weaker half's. Link adaptation
+    fills the strong half alone (the power on 12 PRBs): the rate of the strong subbands'
+    SNR on 12 PRBs, above that of the mean SNR on any count."""
     harq = Harq(BUILTIN, "uplink")
     weights = np.full(12, 2.0)
     snr = np.where(np.arange(12) < 6, 10**1.8, 10**0.8)  # over one PRB, all power on it
-    channel = SubbandSnr((snr,), (snr,), weights)
+    channel = SubbandSnr((snr,), (snr,), Held(weights, np.arange(12)))
     shapes = harq.shapes(24)
     effective_db = channel.effective_db(harq, 24, estimate=False)
     betas = np.asarray(eesm_betas("64qam"))[[s.mcs for s in shapes]]
@@ -68,10 +73,18 @@ def test_a_block_over_unequal_subbands_is_decoded_at_its_eesm_snr_not_the_mean()
     np.testing.assert_allclose(effective_db, by_hand, rtol=1e-12)
     mean_db = 10 * math.log10(np.mean(snr) / 24)
     assert np.all(effective_db < mean_db) and np.all(effective_db > 10 * math.log10(10**0.8 / 24))
+    at_mean = FlatSnr(mean_db + 13.8, mean_db + 13.8)  # over one PRB: the mean on 24
+
+    def mcs_on_24(view) -> int:
+        shapes, floors, shift, _, lowest = view.blocks_of(harq, 24)
+        return shapes[min(bisect.bisect_left(floors, shift), lowest)].mcs
+
+    assert mcs_on_24(channel) < mcs_on_24(at_mean)
     period = harq.plan(0.0, 0, channel, 24 * BUILTIN.prb_hz, 1e12, 0.05, 0.3)
-    at_mean = harq.plan(0.0, 0, FlatSnr(mean_db + 13.8, mean_db + 13.8), 24 * BUILTIN.prb_hz,
-                        1e12, 0.05, 0.3)  # fmt: skip
-    assert period.speed_bps < at_mean.speed_bps
+    assert period.use == Use(12, 12, 0.0)
+    strong_bps = harq.best_use(FlatSnr(18.0, 18.0), 12 * BUILTIN.prb_hz)[1]
+    assert period.speed_bps == pytest.approx(strong_bps, rel=0.01)
+    assert period.speed_bps > harq.best_use(at_mean, 24 * BUILTIN.prb_hz)[1]
 
 
 def test_the_radio_draws_a_gain_per_subband_whose_prb_mean_is_the_links_fading():
@@ -192,8 +205,8 @@ def test_the_profile_keys_name_what_they_need(tmp_path):
     assert "fading.profile: TDL-C needs link harq" in error(data)
     data = radio_scenario(tmp_path, profile="TDL-A", coherence_s=None)
     assert "needs model rayleigh and a coherence_s" in error(data)
-    assert "only a TDL profile" in error(radio_scenario(tmp_path, delay_spread_ns=300))
     assert "profile" in error(radio_scenario(tmp_path, profile="TDL-Z"))
+    assert "placement" in error(radio_scenario(tmp_path, profile="TDL-C", placement="spread"))
 
 
 def test_a_flat_scenarios_resolved_file_has_no_profile_keys_and_a_tdl_one_keeps_them(tmp_path):

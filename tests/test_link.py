@@ -22,7 +22,8 @@ from fedsim.sim.bler import LOSS_DB, BlerCurves, finite_length_bler
 from fedsim.sim.draws import Fading
 from fedsim.sim.event_check import check_events
 from fedsim.sim.link import Harq, HarqLink, HarqLinkSettings, HarqSettings, PerUploadSettings
-from fedsim.sim.link.adaptation import FlatSnr
+from fedsim.sim.link.adaptation import Use
+from fedsim.sim.link.views import FlatSnr
 from fedsim.sim.medium import TransmissionLost
 from fedsim.sim.nr import DATA_RE_PER_PRB, code_blocks, mcs_table, transport_block_bits
 from fedsim.sim.pathloss import UmiStreetCanyon
@@ -128,6 +129,12 @@ def test_builtin_curves_lie_within_a_db_of_sionnas_at_the_target():
 # --- counts drawn from one uniform ----------------------------------------------------------
 
 
+def only_on(prbs: int, snr_db: float) -> FlatSnr:
+    """A flat channel on which only blocks of ``prbs`` PRBs carry anything (no power on fewer):
+    link adaptation can but send on that count."""
+    return FlatSnr(snr_db, snr_db, np.where(np.arange(1, prbs + 1) < prbs, -100.0, 0.0))
+
+
 def test_goodput_is_rate_times_one_minus_bler_and_blocks_take_one_over_one_minus_bler():
     """A fixed SNR and MCS (no outer loop), each transmission on its own, on 13 whole PRBs:
     many periods of many blocks."""
@@ -139,7 +146,7 @@ def test_goodput_is_rate_times_one_minus_bler_and_blocks_take_one_over_one_minus
     assert 0.1 < p <= 0.3
     sent, failed, speeds = 0, 0, []
     for k in range(600):
-        period = link.plan(0.0, 0, FlatSnr(snr_db, snr_db), prbs * link.settings.prb_hz, 1e9, 0.05,
+        period = link.plan(0.0, 0, only_on(prbs, snr_db), prbs * link.settings.prb_hz, 1e9, 0.05,
                            (k + 0.5) / 600)  # fmt: skip
         assert period.shape == shape and period.sent == 100  # 0.05 s of 0.5 ms slots
         speeds.append(period.speed_bps)
@@ -157,7 +164,7 @@ def test_a_transfer_ending_in_its_period_needs_one_over_one_minus_bler_transmiss
     snr_db = shape.threshold_db + 10 * math.log10(20)
     needed = 40
     totals = [
-        link.plan(0.0, 0, FlatSnr(snr_db, snr_db), 20 * link.settings.prb_hz, needed * shape.bits,
+        link.plan(0.0, 0, only_on(20, snr_db), 20 * link.settings.prb_hz, needed * shape.bits,
                   math.inf, (k + 0.5) / 2000).sent
         for k in range(2000)
     ]  # fmt: skip
@@ -255,10 +262,12 @@ def test_a_re_split_that_keeps_the_allocation_changes_only_the_slots():
     link = harq()
     prb_hz = link.settings.prb_hz
     period = link.plan(0.0, 0, FlatSnr(12.0, 12.0), 0.25 * prb_hz, 1e9, 0.1, 0.3)
-    assert period.allocation == (1, 0.0) and period.blocks_per_s == pytest.approx(500)
+    assert period.use == Use(0, 1, 0.25) and period.blocks_per_s == pytest.approx(500)
     assert period.sent == 50 and period.review_s == math.inf
     speed = period.speed_bps
-    period.rescale(0.04, link.blocks_per_s(0.5 * prb_hz))  # 20 blocks sent, now 1,000/s
+    grown, _ = link.best_use(period.channel, 0.5 * prb_hz)
+    assert grown.same_blocks(period.use)
+    period.rescale(0.04, link.blocks_per_s(grown))  # 20 blocks sent, now 1,000/s
     assert period.speed_bps == pytest.approx(2 * speed)
     assert period.review_s == pytest.approx(0.04 + 30 / 1000)  # the 30 left, at the new rate
     tally = link.settle(period, 0.06, 0)
@@ -327,7 +336,7 @@ def test_a_share_under_one_prb_time_shares_a_prb_at_the_prbs_snr():
     snr_on_prb = 10 ** (12 / 10)
     narrow = radio.rate_bps(0.1 * prb_hz, 10 * snr_on_prb)  # the SNR over the tenth
     assert narrow == pytest.approx(
-        0.1 * radio.link.adaptation[UPLINK].expected_rate_bps(prb_hz, 12.0)
+        0.1 * radio.link.adaptation[UPLINK].best_use(FlatSnr(12.0, 12.0), prb_hz)[1]
     )
     assert narrow == pytest.approx(0.1 * radio.rate_bps(prb_hz, snr_on_prb))
 

@@ -79,13 +79,21 @@ class FadingConfig(_Strict):
         description="PRBs per subband, the resolution of the gains and of the schedulers "
         "(null: TS 38.214's nominal RBG size for the band, Table 6.1.2.2.1-1 configuration 1)",
     )
+    placement: Literal["contiguous", "hopping"] = Field(
+        default="contiguous",
+        description="where the PRBs of a share no scheduler placed sit (equal, fixed, tdma, the "
+        "downlink, D2D): contiguous, in a row from a start drawn per transmission (NR's "
+        "resource allocation type 1 without frequency hopping, TS 38.214 6.1.2.2.2, hopping "
+        "being off unless configured); hopping, alternate slots half the band apart (inter-slot "
+        "frequency hopping, TS 38.214 6.3.1)",
+    )
 
     @model_validator(mode="after")
     def _profile_needs_rayleigh_blocks(self) -> FadingConfig:
+        """A TDL profile's own keys (delay_spread_ns, subband_prbs, placement) mean nothing
+        with flat fading; they are taken (unused), so that a sweep over the profile sets them
+        once, and a flat run's scenario.yaml leaves them out."""
         if self.profile == "flat":
-            for name in ("delay_spread_ns", "subband_prbs"):
-                if getattr(self, name) != FadingConfig.model_fields[name].default:
-                    raise ValueError(f"{name}: only a TDL profile has it (profile is flat)")
             return self
         if self.model != "rayleigh" or self.coherence_s is None:
             raise ValueError(

@@ -536,7 +536,7 @@ class Scenario(_Strict):
             if radio["link"].get("sinr_threshold_db", 0) is None:
                 del radio["link"]["sinr_threshold_db"]
             if radio["fading"]["profile"] == "flat":  # fading flat across the band: as before
-                for key in ("profile", "delay_spread_ns", "subband_prbs"):
+                for key in ("profile", "delay_spread_ns", "subband_prbs", "placement"):
                     del radio["fading"][key]
         return yaml.safe_dump(data, sort_keys=False)
 

@@ -47,8 +47,12 @@ class ChannelLink(Protocol):
         """The rate it would get on bandwidth_hz now, without starting anything (a
         scheduler's metric)."""
 
+    def usable_hz(self, bandwidth_hz: float) -> float:
+        """The most of bandwidth_hz its rate grows on now: a larger share gains nothing."""
+
     def radiating(self, on: bool) -> None:
-        """It has a share of the band from now (True, again at each re-plan), or no more."""
+        """It is on the air from now (True, again at each re-plan), or not (it lost its share,
+        waits below the lowest MCS, or ended)."""
 
     # Frequency-selective fading (a ``ScheduledMedium`` with subbands): the PRBs a scheduler
     # placed it on per subband, and its rate on each subband alone at a power per PRB.
@@ -89,6 +93,10 @@ class ChannelMedium(Medium):
 
     - ``split``: every sending flow gets bandwidth_hz / n (FDMA, equal shares), re-split
       whenever a flow starts or ends; each flow's rate is its own channel's rate on its share.
+      A flow whose rate stops growing on fewer PRBs than that (a power-limited transmitter
+      whose link fills fewer PRBs at a higher power spectral density) takes those, and the
+      others split the rest equally (max-min fair shares, re-split when a flow's channel
+      moves it across the level): the equal split of a scheduler that leaves no PRB idle.
     - otherwise each of ``slots`` flows gets bandwidth_hz / slots (fixed sub-bands; one slot
       is TDMA, the whole band to one flow at a time); flows beyond the slots wait, first come
       first served. ``slots=None`` without ``split``: every flow has the whole band (D2D links,
@@ -102,8 +110,15 @@ class ChannelMedium(Medium):
     """
 
     def __init__(
-        self, env: simpy.Environment, bandwidth_hz: float, *, slots: int | None, split: bool
+        self,
+        env: simpy.Environment,
+        bandwidth_hz: float,
+        *,
+        slots: int | None,
+        split: bool,
+        prb_hz: float = math.nan,
     ) -> None:
+        """``prb_hz``: the link model's PRB (NaN: it has none, so a flow fills any share)."""
         if not (bandwidth_hz > 0 and math.isfinite(bandwidth_hz)):
             raise ValueError(f"bandwidth_hz must be positive and finite, got {bandwidth_hz}")
         if slots is not None and (slots < 1 or split):
@@ -112,6 +127,8 @@ class ChannelMedium(Medium):
         self.bandwidth_hz = bandwidth_hz
         self.slots = slots
         self.split = split
+        self.prb_hz = prb_hz
+        self._level_hz = math.inf  # an equal share where some flows fill less (``_hand_on``)
         self._sending: dict[ChannelFlow, None] = {}  # in arrival order
         self._in_setup: set[ChannelFlow] = set()
         self._queue: deque[ChannelFlow] = deque()
@@ -195,7 +212,7 @@ class ChannelMedium(Medium):
             if flow.rate_bps <= 0.0 and flow._remaining_bits() <= 0.0:
                 sent.append(flow)  # its last bit left as its channel changed (float noise)
                 continue
-            flow.link.radiating(True)
+            flow.link.radiating(flow.link.sending)  # waiting below the lowest MCS: silent
             if flow.link.radiated_w != flow._power_w:
                 flow._power_w = flow.link.radiated_w
                 if flow.on_power is not None:
@@ -252,6 +269,8 @@ class ChannelMedium(Medium):
             heapq.heappush(agenda, entry)
         if ending:
             self._end(ending)
+        if not self._shares_hold(changing):
+            self._resplit_soon()
         self._replan(changing)
 
     def _end(self, flows: list[ChannelFlow]) -> None:
@@ -290,7 +309,43 @@ class ChannelMedium(Medium):
 
     def _resplit(self, _event: simpy.Event) -> None:
         self._resplit_pending = False
+        self._hand_on()
         self._replan(list(self._sending))
+
+    def _hand_on(self) -> None:
+        """Equal shares, up to what each flow can fill: a flow whose rate stops growing below
+        the equal share (``usable_hz``) keeps what it fills, and the rest is split equally
+        among the others, again (water-filling). Asked only where a share can hold more than
+        one PRB: a flow fills at least one."""
+        flows = list(self._sending)
+        for flow in flows:
+            flow.share_hz = None  # the equal share (``share_hz``)
+        self._level_hz = math.inf
+        if not self.bandwidth_hz / max(len(flows), 1) > self.prb_hz:
+            return
+        usable = sorted((flow.link.usable_hz(self.bandwidth_hz), flow._seq, flow) for flow in flows)
+        left_hz, count = self.bandwidth_hz, len(flows)
+        for usable_hz, _, flow in usable:
+            if usable_hz >= left_hz / count:
+                break
+            flow.share_hz = usable_hz
+            left_hz, count = left_hz - usable_hz, count - 1
+        if count < len(flows):
+            self._level_hz = left_hz / count if count else math.inf
+            for _, _, flow in usable[len(flows) - count :]:
+                flow.share_hz = self._level_hz
+
+    def _shares_hold(self, flows: list[ChannelFlow]) -> bool:
+        """Whether the shares stay as they are though these flows' channels changed: each
+        still fills its share (``_hand_on``)."""
+        if not self.split or not self.bandwidth_hz / max(len(self._sending), 1) > self.prb_hz:
+            return True
+        level_hz = min(self._level_hz, self.share_hz())
+        for flow in flows:
+            share_hz = level_hz if flow.share_hz is None else flow.share_hz
+            if min(flow.link.usable_hz(self.bandwidth_hz), level_hz) != share_hz:
+                return False
+        return True
 
     def rerate_soon(self) -> None:
         """The sending flows' channels changed from outside (other cells' interference):

@@ -33,6 +33,7 @@ class _LargeScale:
     distances_m: tuple[float, ...] | None = None
     loss_db: dict[int, float] = field(default_factory=dict)  # per site
     uplink_power_w: dict[float, float] = field(default_factory=dict)  # per band share (Hz)
+    uplink_powers_w: np.ndarray | None = None  # per PRB count (1, 2, ...)
 
 
 class LargeScale:

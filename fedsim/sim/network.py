@@ -189,7 +189,10 @@ class Network:
             raise ValueError(f"uplink_sharing must be one of {UPLINK_SHARING}")
         slots = {"equal": None, "fixed": uplink_subbands, "tdma": 1}[uplink_sharing]
         usable_hz = radio.link.usable_hz(bandwidth_hz)
-        return ChannelMedium(self.env, usable_hz, slots=slots, split=uplink_sharing == "equal")
+        return ChannelMedium(
+            self.env, usable_hz, slots=slots, split=uplink_sharing == "equal",
+            prb_hz=radio.link.prb_hz,
+        )  # fmt: skip
 
     def _prb_seconds(self) -> dict[int, float]:
         """PRB·seconds each client's uploads got, over every site's band."""

@@ -209,6 +209,34 @@ class Radio(LargeScale):
             power_w = known[bandwidth_hz] = float(dbm_to_watts(power_dbm))
         return power_w
 
+    def uplink_powers_w(self, client: int) -> np.ndarray:
+        """What the client transmits at on m = 1..N PRBs of the uplink (N its band's), with
+        power control: P0 + 10 log10(2^μ m) + α PL capped at its maximum (TS 38.213 §7.1.1
+        with M_RB the PRBs it sends on), kept until it moves or its shadowing block ends."""
+        control = self.settings.power_control
+        state = self._large_scale_state(client, self.now())
+        if state.uplink_powers_w is None:
+            spacing_khz = control.subcarrier_spacing_khz
+            counts = np.arange(1, num_prbs(self.settings.uplink_bandwidth_hz, spacing_khz) + 1)
+            power_dbm = open_loop_power_dbm(
+                control.p0_dbm, control.alpha, self.large_scale_loss_db(client), counts,
+                10.0 * math.log10(self.tx_power_w[client] * 1000.0), spacing_khz,
+            )  # fmt: skip
+            state.uplink_powers_w = np.asarray(dbm_to_watts(power_dbm))
+        return state.uplink_powers_w
+
+    @property
+    def downlink_prbs(self) -> int:
+        """The PRBs of the downlink band (the link model's): what a base station spreads its
+        power over at a constant power per PRB."""
+        return round(self.link.usable_hz(self.settings.downlink_bandwidth_hz) / self.link.prb_hz)
+
+    @property
+    def subband_placement(self) -> str:
+        """Where a share no scheduler placed sits on a frequency-selective band
+        (``fedsim.sim.link.placement``)."""
+        return self.settings.placement
+
     def nominal_rate_bps(
         self, downlink: bool, clients: Sequence[int], bandwidth_hz: float
     ) -> float:

@@ -46,6 +46,7 @@ class RadioSettings:
     # band; ``fading`` keeps its model and block. ``subband_prbs``: None, the RBG size.
     selective: SelectiveFading | None = None
     subband_prbs: int | None = None
+    placement: str = "contiguous"  # of a share no scheduler placed (``link.placement``)
     shadowing_db: float = 0.0
     shadowing_coherence_s: float | None = None  # None: one draw per client for the run
     noise_density_dbm_per_hz: float = -174.0

@@ -139,6 +139,13 @@ class SubbandGrid:
         weights.flags.writeable = False
         return weights
 
+    def overlap(self, first: int | np.ndarray, count: int | np.ndarray) -> np.ndarray:
+        """The PRBs of [first, first + count) on each subband (floats; arrays of ranges as
+        columns broadcast to one row each)."""
+        ends = np.cumsum(self.prbs_array)
+        starts = ends - self.prbs_array
+        return np.clip(np.minimum(ends, first + count) - np.maximum(starts, first), 0.0, None)
+
     @property
     def centers_hz(self) -> np.ndarray:
         """Each subband's centre frequency relative to the band's lower edge."""

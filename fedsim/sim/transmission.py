@@ -63,6 +63,11 @@ class Channel(Protocol):
     ) -> float | None: ...
     def next_change_s(self, client: int, time_s: float) -> float: ...
     def uplink_power_w(self, client: int, bandwidth_hz: float) -> float: ...
+    def uplink_powers_w(self, client: int) -> np.ndarray: ...
+    @property
+    def subband_placement(self) -> str: ...
+    @property
+    def downlink_prbs(self) -> int: ...
     def rate_bps(self, bandwidth_hz: float, snr: float, direction: int = UPLINK) -> float: ...
     def set_transmitting(self, client: int, site: int, power_w: float | None) -> None: ...
     def note_given_up(self, link: RadioLink) -> None: ...
@@ -102,6 +107,7 @@ class RadioLink:
     radiated_j: float = 0.0  # uplink: energy radiated so far
     _radiating_since_s: float = math.inf
     _epoch: int = -1  # the radio's interference epoch its state was computed in
+    _state_count: int = 0  # how many times its state was computed (what was worked out on it)
     missed: set[int] = field(default_factory=set)  # receivers that lost this attempt (outage)
     dropped: set[int] = field(default_factory=set)  # receivers whose radio link failed
     failure: TransmissionLost | None = None  # every receiver's link failed: the flow fails
@@ -149,6 +155,7 @@ class RadioLink:
         if now < self._valid_until_s and self._epoch == radio.interference_epoch:
             return self._gain_hz
         self._epoch = radio.interference_epoch
+        self._state_count += 1
         self._achievable_bps_on.clear()
         noise_w_per_hz = radio.noise_w(self.direction, 1.0)  # F·N0 at this receiver
         if self.direction == UPLINK and radio.transmitting:
@@ -203,6 +210,11 @@ class RadioLink:
             if self.radio.cache_channel:
                 self._achievable_bps_on[bandwidth_hz] = rate_bps
         return rate_bps
+
+    def usable_hz(self, bandwidth_hz: float) -> float:
+        """The most of bandwidth_hz its rate grows on (a share beyond it gains nothing): all
+        of it, unless the link model fills a share on fewer PRBs."""
+        return bandwidth_hz
 
     def _bank_radiated(self) -> None:
         now = self.radio.now()

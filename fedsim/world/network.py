@@ -162,6 +162,7 @@ def radio_settings(config: RadioConfig) -> RadioSettings:
         ),
         selective=selective_fading(config),
         subband_prbs=config.fading.subband_prbs,
+        placement=config.fading.placement,
         shadowing_db=(1.0 if law.shadowing else 0.0) if standard else config.shadowing_db,
         shadowing_coherence_s=config.shadowing_coherence_s,
         noise_density_dbm_per_hz=config.noise_density_dbm_per_hz,

@@ -1,6 +1,8 @@
 """Link adaptation and HARQ for the ``harq`` link model (``harq.py``): a transfer is a stream of
-transport blocks, one per slot on whole PRBs of its band share (``Harq`` says how a fractional
-share is split into slots and how the power spreads). The transmitter picks each block's MCS
+transport blocks, one per slot on whole PRBs of its band share. Link adaptation decides how
+many PRBs of the share a block takes (``PrbRates.best``: the count that delivers the most at
+the estimate, fewer PRBs at a higher power spectral density for a power-limited transmitter,
+as TS 38.213's PUSCH power and an NR scheduler's link adaptation give it) and each block's MCS
 from its channel estimate: the highest of the NR table whose transport-block error rate
 (``bler.BlerCurves``: code blocks of 38.212's segmentation, TBLER = 1 − (1 − BLER)^blocks) is
 at most ``target_bler`` at the estimate minus the outer-loop offset. The real channel decides
@@ -21,8 +23,10 @@ at each delivered one (an ACK), within ±20 dB, so that the achieved BLER conver
 target whatever the estimate's error. As in Sionna, the MCS is picked again at every block
 with the offset of the feedback so far (the feedback's few slots of delay are neglected).
 ``link`` is whose loop it is: a client for the uplink and downlink, a pair for D2D.
-The offset never stops a transmission: whether the transmitter is scheduled at all follows the
-estimate alone (below the lowest MCS's threshold it waits, as NR's "CQI out of range").
+The offset never stops a transmission: whether the transmitter is scheduled at all, and on
+how many PRBs, follows the estimate alone (below the lowest MCS's threshold on every PRB count
+it waits, as NR's "CQI out of range"). What a period sees of the channel (flat, or per
+subband with the PRBs a block holds) is a ``views`` object.
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ import math
 import random
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Protocol
 
 import numpy as np
 
 from fedsim.sim.bler import GRID_SNR_DB, BlerCurves, curves_for, snr_step, snr_steps
-from fedsim.sim.link.eesm import eesm, eesm_betas
+from fedsim.sim.link.eesm import eesm_betas
 from fedsim.sim.nr import DATA_RE_PER_PRB, SUBCARRIERS_PER_PRB, code_blocks, transport_block_bits
 from fedsim.sim.records import HarqTally
 
@@ -82,22 +87,121 @@ class Shape:
     failure: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
 
+@dataclass(frozen=True, slots=True)
+class Use:
+    """How a transmitter fills its band share: each slot's block on ``high`` PRBs in a
+    fraction ``weight`` of the slots and on ``low`` PRBs in the others; ``low`` 0: no block
+    there (a share under one PRB, one PRB in that fraction of the slots). A whole count m is
+    Use(m, m, 0)."""
+
+    low: int
+    high: int
+    weight: float
+
+    @property
+    def blocks_per_slot(self) -> float:
+        """Transport blocks per slot: the share of the slots it radiates in."""
+        return 1.0 if self.low else self.weight
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The block sizes it sends, smallest first."""
+        return (self.low, self.high) if 0 < self.low < self.high else (self.high,)
+
+    @property
+    def high_share(self) -> float:
+        """The share of its blocks on ``high`` PRBs (0 with one size)."""
+        return self.weight if 0 < self.low < self.high else 0.0
+
+    @property
+    def prbs(self) -> float:
+        """The PRBs it occupies on average."""
+        return (1.0 - self.weight) * self.low + self.weight * self.high
+
+    def same_blocks(self, other: Use) -> bool:
+        """Whether it sends the same blocks as ``other`` in every slot that has one (only the
+        share of the slots that do differs)."""
+        return (self.low, self.high) == (other.low, other.high) and (
+            self.low == 0 or self.weight == other.weight
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PrbRates:
+    """What a channel carries on each whole PRB count m = 1..len(bits): ``bits[m - 1]``, the
+    information bits a block on m PRBs delivers on average at the transmitter's estimate (the
+    MCS it picks there, no outer loop, times 1 − its failure probability), and for each m the
+    most of them on at most m PRBs (``peak``) and the fewest PRBs that give it (``peak_at``)."""
+
+    bits: np.ndarray
+    peak: np.ndarray
+    peak_at: np.ndarray  # PRB counts
+
+    @classmethod
+    def of(cls, bits: np.ndarray) -> PrbRates:
+        peak = np.maximum.accumulate(bits)
+        rising = np.r_[True, bits[1:] > peak[:-1]]  # a count that beats every smaller one
+        peak_at = np.maximum.accumulate(np.where(rising, np.arange(1, len(bits) + 1), 0))
+        return cls(bits, peak, peak_at)
+
+    def best(self, share_prbs: float) -> tuple[Use, float]:
+        """The use of a share of ``share_prbs`` PRBs that delivers the most bits per slot at
+        the estimate, and those bits: the fewest whole PRBs that give the most (m ≤ ⌊b⌋
+        every slot), or ⌊b⌋ and ⌈b⌉ in turn (⌈b⌉ in a fraction b − ⌊b⌋ of the slots) where
+        that gives more; under one PRB, one PRB in a fraction b of the slots. The bits are
+        non-decreasing and continuous from the left in b: the most any smaller share gets,
+        and a share larger than the PRBs the rate peaks at gains nothing."""
+        whole = math.floor(share_prbs + 1e-9)  # an exact multiple stays whole
+        if whole < 1:
+            return Use(0, 1, share_prbs), share_prbs * float(self.bits[0])
+        most = min(whole, len(self.bits))
+        count = int(self.peak_at[most - 1])
+        use, bits = Use(count, count, 0.0), float(self.peak[most - 1])
+        extra = share_prbs - whole
+        if extra > 1e-9 and whole < len(self.bits):
+            mixed = (1.0 - extra) * float(self.bits[whole - 1]) + extra * float(self.bits[whole])
+            if mixed > bits:
+                use, bits = Use(whole, whole + 1, extra), mixed
+        return use, bits
+
+    @property
+    def usable_prbs(self) -> int:
+        """The fewest PRBs that carry as much as any count here: more add nothing."""
+        return int(self.peak_at[-1])
+
+
+class ChannelView(Protocol):
+    """What a period's blocks see of the channel (``views``: flat, or per subband): a block's
+    MCS choice and failures on m PRBs (per hop of its placement), and the rates per PRB count
+    that decide how the transmitter fills its share."""
+
+    hops: int
+
+    def blocks_of(self, harq: Harq, prbs: int, hop: int = 0) -> Blocks: ...
+
+    def reaches(self, harq: Harq, most: int) -> bool: ...
+
+    def rates(self, harq: Harq, most: int, offset_db: float = 0.0) -> PrbRates: ...
+
+
 @dataclass(slots=True)
 class Period:
     """What a transmitter does from ``start_s`` until its channel or its band share changes:
     its blocks one by one (``trace``), and the average rate they deliver at. A re-split of
-    the band that keeps the share's allocation (a share under one PRB: one PRB in some of the
-    slots) only changes how many slots it gets: the same blocks go on at the new rate
-    (``rescale``)."""
+    the band that keeps its blocks (``Use.same_blocks``: a share under one PRB stays on one
+    PRB; a share that keeps the PRB count its rate peaks at) only changes how many slots it
+    gets: the same blocks go on at the new rate (``rescale``)."""
 
     start_s: float
     shape: Shape | None  # its first block's (None: below the lowest MCS, nothing sent)
-    allocation: tuple[int, float]  # Harq.allocation of its share
+    use: Use  # how it fills its share
+    channel: ChannelView  # the channel it was planned on
     blocks_per_s: float  # transport blocks sent per second
     sent: int  # blocks it plans to send in the period
     failed: int  # of those, the failures drawn
     speed_bps: float  # information bits delivered per second, on average over the period
     duration_s: float  # how long it was planned to last
+    offset_db: float = 0.0  # the outer loop's offset its use was chosen at (``Harq.choose``)
     review_s: float = math.inf  # when to run it again though the channel is the same
     # after each block: (outer-loop offset, failed, sum of MCS, failed bits, delivered bits)
     trace: list[tuple[float, int, int, int, int]] = field(default_factory=list)
@@ -121,14 +225,18 @@ class Period:
 
 
 class Harq:
-    """Link adaptation (the MCS meets the target at the estimate) and HARQ for one
-    direction's BLER curves: the inner loop, without an outer one (``OuterLoop`` adds it).
+    """Link adaptation (the PRB count and the MCS that deliver the most at the estimate) and
+    HARQ for one direction's BLER curves: the inner loop, without an outer one (``OuterLoop``
+    adds it).
 
-    A band share of b PRBs gets, in each slot, one transport block on whole PRBs: ⌊b⌋ PRBs in
-    a fraction 1 − (b − ⌊b⌋) of the slots and ⌈b⌉ in the others (a share under one PRB: one
-    PRB in a fraction b of the slots). The transmit power spreads over the PRBs of the slot,
-    so the SNR over m PRBs is the SNR over one PRB (the whole power on it) over m: a share
-    never radiates more than the device has, and the rate is continuous in b."""
+    A share of b PRBs sends one transport block per slot on whole PRBs, as ``PrbRates.best``
+    says: the PRB count m ≤ b that carries the most at the estimate, or ⌊b⌋ and ⌈b⌉ in turn
+    (under one PRB: one PRB in a fraction b of the slots). The transmit power of a slot
+    spreads over its PRBs, so the SNR per PRB on m PRBs is that over one PRB (the power it
+    sends on m, all on it) over m: a power-limited transmitter gets more through on fewer
+    PRBs at a higher power spectral density, as NR's link adaptation gives it (the rest of
+    the share is left to others where the scheduler hands it on). The rate is then
+    non-decreasing in b, and a share never radiates more than the device has."""
 
     _up_db = _down_db = 0.0  # the outer loop's steps: none
 
@@ -139,9 +247,10 @@ class Harq:
         self._shapes: dict[int, tuple[Shape, ...]] = {}
         self._floors: dict[int, list[float]] = {}
         self._thresholds: dict[int, np.ndarray] = {}
-        self._rate_tables: dict[int, np.ndarray] = {}
         self._betas: dict[int, np.ndarray] = {}
         self._failure_tables: dict[int, np.ndarray] = {}
+        self._bits = np.empty((0, len(GRID_SNR_DB)))  # expected bits per block, per PRB count
+        self._threshold_rows: np.ndarray | tuple = ()  # thresholds_upto's rows
         self.betas = np.asarray(eesm_betas(settings.mcs_table))  # per MCS index, for EESM
 
     def shapes(self, prbs: int) -> tuple[Shape, ...]:
@@ -154,29 +263,36 @@ class Harq:
             self._shapes[prbs] = shapes
         return shapes
 
-    def allocation(self, share_hz: float) -> tuple[int, float]:
-        """The whole PRBs of the share's small blocks (at least one), and the fraction of its
-        blocks on one PRB more (0 under one PRB)."""
-        prbs = share_hz / self._prb_hz
-        whole = math.floor(prbs + 1e-9)  # an exact multiple stays whole
-        if whole < 1:
-            return 1, 0.0
-        return whole, max(prbs - whole, 0.0)
+    def blocks_per_s(self, use: Use) -> float:
+        """Transport blocks per second: one per slot, or in a fraction of them."""
+        return use.blocks_per_slot / self.settings.slot_s
 
-    def blocks_per_s(self, share_hz: float) -> float:
-        """Transport blocks per second: one per slot, in a fraction of them under one PRB."""
-        return self.duty(share_hz) / self.settings.slot_s
+    def best_use(
+        self, channel: ChannelView, share_hz: float, offset_db: float = 0.0
+    ) -> tuple[Use, float]:
+        """How it fills a share of ``share_hz`` on the channel (``PrbRates.best``) and the
+        information rate that delivers on average at the estimate less ``offset_db`` [bit/s];
+        0: the lowest MCS does not meet the target on any PRB count of the share (at the
+        estimate itself, it waits, as NR's "CQI out of range")."""
+        share_prbs = share_hz / self._prb_hz
+        most = max(1, math.ceil(share_prbs - 1e-9))
+        use, bits = channel.rates(self, most, offset_db).best(share_prbs)
+        return use, bits / self.settings.slot_s
 
-    def duty(self, share_hz: float) -> float:
-        """The share of the time the transmitter radiates: a share under one PRB sends on a
-        whole PRB in that fraction of the slots."""
-        return min(share_hz / self._prb_hz, 1.0)
+    def choose(self, channel: ChannelView, share_hz: float, offset_db: float) -> Use:
+        """How a transmitter whose outer loop stands at ``offset_db`` fills its share: the
+        best use at the estimate less the offset, as its MCS is picked (a loop that found the
+        estimate optimistic moves to fewer PRBs too); where the lowest MCS meets the target
+        there on no count, the best at the estimate (the offset never stops a transmission)."""
+        use, rate_bps = self.best_use(channel, share_hz, offset_db)
+        if rate_bps > 0.0 or not offset_db:
+            return use
+        return self.best_use(channel, share_hz)[0]
 
-    def reaches(self, channel: FlatSnr | SubbandSnr, share_hz: float) -> bool:
-        """Whether the lowest MCS meets the target on the share's small blocks at the
-        channel's estimate: below it the transmitter is not scheduled, sends nothing."""
-        prbs, _ = self.allocation(share_hz)
-        return channel.reaches(self, prbs)
+    def reaches(self, channel: ChannelView, share_hz: float) -> bool:
+        """Whether the lowest MCS meets the target at the channel's estimate on some PRB count
+        of the share: below it the transmitter is not scheduled, sends nothing."""
+        return channel.reaches(self, max(1, math.ceil(share_hz / self._prb_hz - 1e-9)))
 
     def offset_db(self, link: int) -> float:
         """The outer loop's offset of the link (none: 0)."""
@@ -189,24 +305,29 @@ class Harq:
         self,
         start_s: float,
         link: int,
-        channel: FlatSnr | SubbandSnr,
+        channel: ChannelView,
         share_hz: float,
         remaining_bits: float,
         until_change_s: float,
         u: float,
     ) -> Period:
-        """The period starting now on ``share_hz`` over the channel (the transmitter picks
-        its MCS at the channel's estimate minus the outer loop's offset), given the bits
-        still to deliver and the time until the channel changes: its blocks one by one,
-        drawn from a stream seeded by the uniform ``u``."""
-        blocks_per_s = self.blocks_per_s(share_hz)
-        allocation = self.allocation(share_hz)
-        if not self.reaches(channel, share_hz):  # not reached: nothing sent
-            return Period(start_s, None, allocation, blocks_per_s, 0, 0, 0.0, until_change_s)
+        """The period starting now on ``share_hz`` over the channel (the transmitter fills the
+        share as ``best_use`` says and picks each block's MCS at the channel's estimate minus
+        the outer loop's offset), given the bits still to deliver and the time until the
+        channel changes: its blocks one by one, drawn from a stream seeded by the uniform
+        ``u``."""
+        offset_db = self.offset_db(link)
+        use, rate_bps = self.best_use(channel, share_hz)
+        if rate_bps <= 0.0:  # not reached: nothing sent
+            return Period(
+                start_s, None, use, channel, self.blocks_per_s(use), 0, 0, 0.0, until_change_s
+            )  # fmt: skip
+        use = self.choose(channel, share_hz, offset_db)
+        blocks_per_s = self.blocks_per_s(use)
         fit = until_change_s * blocks_per_s
         capped = fit > MAX_PLANNED_BLOCKS
         blocks = MAX_PLANNED_BLOCKS if capped else max(1, math.floor(fit))
-        trace, first = self._run(link, channel, share_hz, remaining_bits, blocks, u)
+        trace, first = self._run(link, channel, use, remaining_bits, blocks, u)
         sent, (_, failed, _, _, delivered) = len(trace), trace[-1]
         if delivered >= remaining_bits:  # it ends in the period
             speed_bps = remaining_bits * blocks_per_s / sent
@@ -215,26 +336,27 @@ class Harq:
             speed_bps = delivered * blocks_per_s / sent
             duration_s = sent / blocks_per_s if capped else until_change_s
         period = Period(
-            start_s, first, allocation, blocks_per_s, sent, failed, speed_bps, duration_s
-        )
+            start_s, first, use, channel, blocks_per_s, sent, failed, speed_bps, duration_s,
+            offset_db,
+        )  # fmt: skip
         period.trace = trace
         if capped:  # run it again then, the channel the same
             period.review_s = start_s + duration_s
         return period
 
     def _run(
-        self, link: int, channel: FlatSnr | SubbandSnr, share_hz: float,
-        remaining_bits: float, blocks: int, u: float,
+        self, link: int, channel: ChannelView, use: Use, remaining_bits: float, blocks: int,
+        u: float,
     ) -> tuple[list[tuple[float, int, int, int, int]], Shape]:  # fmt: skip
         """Up to ``blocks`` blocks one by one, until ``remaining_bits`` are delivered (the
-        ⌈b⌉-PRB ones spread evenly among the others): each block's MCS picked at the
-        estimate minus the offset, its failure drawn at the SNR, the offset updated by its
-        feedback. Returns, after each block, (offset, failed, sum of MCS, failed bits,
-        delivered bits) so far, and the first block's shape."""
-        small, extra = self.allocation(share_hz)
-        sizes = [
-            channel.blocks_of(self, m) for m in ((small, small + 1) if extra > 0 else (small,))
-        ]
+        ``high``-PRB ones spread evenly among the others, each on its hop of the placement in
+        turn): each block's MCS picked at the estimate minus the offset, its failure drawn at
+        the SNR, the offset updated by its feedback. Returns, after each block, (offset,
+        failed, sum of MCS, failed bits, delivered bits) so far, and the first block's
+        shape."""
+        hops = channel.hops
+        kinds = [[channel.blocks_of(self, m, hop) for hop in range(hops)] for m in use.sizes]
+        extra = use.high_share
         draw = random.Random(int(u * 2.0**53)).random  # Mersenne Twister: cheap to seed
         bisect_left = bisect.bisect_left
         offset = self.offset_db(link)
@@ -243,7 +365,7 @@ class Harq:
         trace, first = [], None
         for k in range(blocks):
             bigger = int((k + 1) * extra) - int(k * extra) if extra else 0
-            shapes, floors, shift, failure, lowest = sizes[bigger]
+            shapes, floors, shift, failure, lowest = kinds[bigger][k % hops]
             picked = min(bisect_left(floors, offset + shift), lowest)
             shape = shapes[picked]
             if first is None:
@@ -261,26 +383,45 @@ class Harq:
                 break
         return trace, first
 
+    def bits_table(self, most: int) -> np.ndarray:
+        """The expected information bits of a block on m = 1..``most`` PRBs (rows) at each SNR
+        per PRB of the curves' grid (columns): the MCS it picks there (the highest whose
+        threshold the SNR meets, no outer loop) times 1 − its failure probability; 0 below
+        the lowest MCS. Rows are added as larger counts are asked for."""
+        known = len(self._bits)
+        if known < most:
+            rows = [self._bits_row(prbs) for prbs in range(known + 1, most + 1)]
+            self._bits = np.vstack([self._bits, *rows])
+        return self._bits
+
+    def _bits_row(self, prbs: int) -> np.ndarray:
+        shapes = self.shapes(prbs)
+        if not shapes:
+            return np.zeros(len(GRID_SNR_DB))
+        met = self.thresholds_db(prbs)[:, None] <= GRID_SNR_DB[None, :]  # (shapes, grid)
+        picked = met.argmax(axis=0)  # the highest MCS meeting it (highest first)
+        bits = np.array([shape.bits for shape in shapes], dtype=float)[picked]
+        delivered = bits * (1.0 - self.failure_table(prbs)[picked, np.arange(met.shape[1])])
+        return np.where(met.any(axis=0), delivered, 0.0)
+
     def subband_rates_bps(self, per_prb_snr: np.ndarray, subband_prbs: np.ndarray) -> np.ndarray:
-        """The rate it delivers on average on each subband alone (``expected_rate_bps``, read
-        on the curves' 0.1 dB grid) at these SNRs per PRB (linear, the power it has on each):
-        a frequency-domain scheduler's metric."""
+        """The rate it delivers on average on each subband alone (the expected bits of
+        ``bits_table`` per slot) at these SNRs per PRB (linear, the power it has on each): a
+        frequency-domain scheduler's metric."""
         with np.errstate(divide="ignore"):  # an SNR of 0: the grid's bottom
             steps = snr_steps(10.0 * np.log10(per_prb_snr))
-        rates = np.empty(len(subband_prbs))
-        for prbs in np.unique(subband_prbs):
-            on = subband_prbs == prbs
-            rates[on] = self._rates_on(int(prbs))[steps[on]]
-        return rates
+        counts = subband_prbs.astype(int)
+        table = self.bits_table(int(counts.max()))
+        return table[counts - 1, steps] / self.settings.slot_s
 
-    def _rates_on(self, prbs: int) -> np.ndarray:
-        """``expected_rate_bps`` on ``prbs`` PRBs at each SNR per PRB of the curves' grid."""
-        rates = self._rate_tables.get(prbs)
-        if rates is None:
-            share_hz = prbs * self._prb_hz
-            rates = np.array([self.expected_rate_bps(share_hz, x + _db(prbs)) for x in GRID_SNR_DB])
-            self._rate_tables[prbs] = rates
-        return rates
+    def thresholds_upto(self, most: int) -> np.ndarray:
+        """``thresholds_db`` of 1..``most`` PRBs, one row each (every count has the same
+        MCSs: those of the table with a curve)."""
+        known = len(self._threshold_rows)
+        if known < most:
+            rows = [self.thresholds_db(prbs) for prbs in range(known + 1, most + 1)]
+            self._threshold_rows = np.vstack([*self._threshold_rows, *rows])
+        return self._threshold_rows[:most]
 
     def betas_of(self, prbs: int) -> np.ndarray:
         """EESM's β of each shape on ``prbs`` PRBs (highest MCS first)."""
@@ -316,21 +457,6 @@ class Harq:
             self._floors[prbs] = floors
         return floors
 
-    def expected_rate_bps(self, share_hz: float, snr_db: float) -> float:
-        """The information rate the link delivers on average at a steady snr_db (over one
-        PRB): on each block size, the MCS it picks there (no outer loop) times 1 − its
-        failure probability; 0 where the lowest MCS does not meet the target."""
-        small, extra = self.allocation(share_hz)
-        bits = 0.0
-        for prbs, weight in ((small, 1.0 - extra), (small + 1, extra)):
-            if weight <= 0:
-                continue
-            snr_on_db = snr_db - _db(prbs)
-            shape = next((x for x in self.shapes(prbs) if x.threshold_db <= snr_on_db), None)
-            if shape is not None:
-                bits += weight * shape.bits * (1.0 - self.failure_probability(snr_on_db, shape))
-        return bits * self.blocks_per_s(share_hz)
-
     @staticmethod
     def failure_probability(snr_db: float, shape: Shape) -> float:
         """The share of a block's transmissions that fail at snr_db (on the curves' grid)."""
@@ -365,78 +491,10 @@ class OuterLoop(Harq):
         self.offsets_db[link] = offset_db
 
 
-# What a period's blocks see of the channel, per block size: its shapes (highest MCS first),
-# the floors and shift that pick the MCS at an outer-loop offset (the first index where
+# What a period's blocks see of the channel, per block size (and hop): its shapes (highest MCS
+# first), the floors and shift that pick the MCS at an outer-loop offset (the first index where
 # floors[i] >= offset + shift), each shape's failure probability, and the lowest's index.
 Blocks = tuple[tuple[Shape, ...], list[float], float, list[float], int]
-
-
-@dataclass(frozen=True, slots=True)
-class FlatSnr:
-    """A channel flat across the band: the block's SNR and the transmitter's estimate of it,
-    over one PRB with the whole power on it (a block on m PRBs has 1/m of it on each)."""
-
-    snr_db: float
-    estimate_db: float
-
-    def blocks_of(self, harq: Harq, prbs: int) -> Blocks:
-        shapes = harq.shapes(prbs)
-        step = snr_step(self.snr_db - _db(prbs))
-        failure = [shape.failure[step] for shape in shapes]
-        shift = -(self.estimate_db - _db(prbs))  # the MCS meeting the target at the estimate
-        return shapes, harq.floors_of(prbs), shift, failure, len(shapes) - 1
-
-    def reaches(self, harq: Harq, prbs: int) -> bool:
-        return self.estimate_db - _db(prbs) >= harq.shapes(prbs)[-1].threshold_db
-
-
-@dataclass(frozen=True)
-class SubbandSnr:
-    """A frequency-selective channel: each receiver's SNR per PRB on each subband (linear,
-    the whole power on one PRB), the block's and the estimate's, and the PRBs a block holds
-    on each subband (``weights``). A block on m PRBs has 1/m of the power on each; its
-    effective SNR for an MCS is the EESM over its PRBs with that MCS's β (``eesm``), and a
-    multicast's is its weakest receiver's, MCS by MCS. Flat gains give the flat SNR."""
-
-    snr: tuple[np.ndarray, ...]  # per receiver
-    estimate: tuple[np.ndarray, ...]
-    weights: np.ndarray
-    _effective_db: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def effective_db(self, harq: Harq, prbs: int, *, estimate: bool) -> np.ndarray:
-        """Per shape on ``prbs`` PRBs (highest MCS first), the effective SNR of its blocks
-        [dB] on the channel (or at the estimate), computed once per period."""
-        if estimate and self.estimate is self.snr:
-            estimate = False  # perfect CSI: the same numbers
-        key = (prbs, estimate)
-        effective_db = self._effective_db.get(key)
-        if effective_db is None:
-            betas = harq.betas_of(prbs)
-            snrs = self.estimate if estimate else self.snr
-            effective = eesm(snrs[0] / prbs, self.weights, betas)
-            for snr in snrs[1:]:
-                effective = np.minimum(effective, eesm(snr / prbs, self.weights, betas))
-            with np.errstate(divide="ignore"):  # an SNR of 0: -inf dB, below every threshold
-                effective_db = self._effective_db[key] = 10.0 * np.log10(effective)
-        return effective_db
-
-    def blocks_of(self, harq: Harq, prbs: int) -> Blocks:
-        shapes = harq.shapes(prbs)
-        true_db = self.effective_db(harq, prbs, estimate=False)
-        estimate_db = self.effective_db(harq, prbs, estimate=True)
-        floors = (-np.minimum.accumulate(harq.thresholds_db(prbs) - estimate_db)).tolist()
-        table = harq.failure_table(prbs)
-        failure = table[np.arange(len(shapes)), snr_steps(true_db)].tolist()
-        return shapes, floors, 0.0, failure, len(shapes) - 1
-
-    def reaches(self, harq: Harq, prbs: int) -> bool:
-        lowest = harq.shapes(prbs)[-1]
-        return bool(self.effective_db(harq, prbs, estimate=True)[-1] >= lowest.threshold_db)
-
-
-def _db(prbs: int) -> float:
-    """10 log10(prbs): how much lower the SNR is over prbs PRBs than over one."""
-    return 10.0 * math.log10(prbs)
 
 
 @cache

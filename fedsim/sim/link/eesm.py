@@ -87,3 +87,16 @@ def eesm(snr: np.ndarray, weights: np.ndarray, betas: np.ndarray) -> np.ndarray:
     least = snr.min()
     terms = np.expm1((least - snr)[None, :] / betas[:, None])  # (M, S'), in (-1, 0]
     return least - betas * np.log1p(terms @ weights / weights.sum())
+
+
+def eesm_rows(snr: np.ndarray, weights: np.ndarray, betas: np.ndarray) -> np.ndarray:
+    """``eesm`` of many blocks at once: (K, M) effective SNRs (linear) from ``snr`` (K, S), the
+    SNR per PRB of each block on each subband, ``weights`` (K, S), the PRBs each holds there
+    (each row not all 0), and ``betas`` (M,): one row per block, factored about its least held
+    SNR as ``eesm`` is."""
+    held = weights > 0
+    least = np.where(held, snr, np.inf).min(axis=1)  # (K,)
+    gaps = np.where(held, least[:, None] - snr, 0.0)  # (K, S), <= 0 where held
+    terms = np.expm1(gaps[:, None, :] / betas[None, :, None])  # (K, M, S), in (-1, 0]
+    mean = (terms * weights[:, None, :]).sum(axis=2) / weights.sum(axis=1)[:, None]
+    return least[:, None] - betas[None, :] * np.log1p(mean)

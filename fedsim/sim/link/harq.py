@@ -1,7 +1,7 @@
 """``harq`` (NR-like, the default of a lossy radio): transport blocks with link adaptation
-and HARQ (``adaptation`` says how a period's MCS and failures are drawn). A receiver the
-lowest MCS does not reach waits; one that has waited ``link_failure_s`` in a row has lost its
-radio link (NR's T310)."""
+and HARQ (``adaptation`` says how a period fills its share and how its MCS and failures are
+drawn). A receiver the lowest MCS does not reach on any PRB count of the share waits; one that
+has waited ``link_failure_s`` in a row has lost its radio link (NR's T310)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsim.sim.draws import HARQ, hashed_key, hashed_uniform
-from fedsim.sim.link.adaptation import FlatSnr, Harq, HarqSettings, OuterLoop, Period, SubbandSnr
+from fedsim.sim.draws import HARQ, PLACEMENT, hashed_key, hashed_uniform
+from fedsim.sim.link.adaptation import Harq, HarqSettings, OuterLoop, Period, Use
 from fedsim.sim.link.base import LinkModel
+from fedsim.sim.link.placement import Held, Placement, unscheduled
+from fedsim.sim.link.views import FlatSnr, SubbandSnr
 from fedsim.sim.medium import TransmissionLost
 from fedsim.sim.records import HarqTally
 from fedsim.sim.scheduler import num_prbs
@@ -52,11 +54,18 @@ class HarqLink(LinkModel):
         return num_prbs(bandwidth_hz, int(spacing_khz)) * self.settings.prb_hz
 
     def rate_bps(self, bandwidth_hz: float, snr: float, direction: int) -> float:
-        """The rate it delivers on average: the MCS it would pick there times 1 − its BLER
-        (0 below the lowest MCS), from the SNR over one PRB (the whole power on it)."""
-        harq = self.adaptation[direction]
-        snr *= bandwidth_hz / self.settings.prb_hz
-        return harq.expected_rate_bps(bandwidth_hz, 10.0 * math.log10(snr) if snr > 0 else -300)
+        """The rate it delivers on average on a share of bandwidth_hz at a steady SNR over it:
+        on the PRB count that delivers the most (a device's power on fewer PRBs at a higher
+        density; the downlink's at its constant density, on them all), the MCS it would pick
+        there times 1 − its BLER (0 below the lowest MCS on every count)."""
+        prbs = bandwidth_hz / self.settings.prb_hz
+        snr *= prbs  # over one PRB, the whole power on it
+        snr_db = 10.0 * math.log10(snr) if snr > 0 else -300.0
+        power_db = None
+        if direction == DOWNLINK:  # the power on m PRBs: m/prbs of the whole
+            power_db = 10.0 * np.log10(np.arange(1, math.ceil(prbs - 1e-9) + 1) / prbs)
+        view = FlatSnr(snr_db, snr_db, power_db)
+        return self.adaptation[direction].best_use(view, bandwidth_hz)[1]
 
     def transmission(
         self, radio: Channel, direction: int, receivers: Sequence[int], power_w: float,
@@ -83,39 +92,44 @@ class HarqTransmission(RadioLink):
         self._period_entity = 0  # whose outer loop the period's blocks update
         self._waiting_since: dict[int, float] = {}  # receivers below the lowest MCS
         self._draw_keys: dict[int, int] = {}  # per receiver
+        # per receiver: the channel view of the state it was worked out on, kept while the
+        # channel, the power and the placement stay (a scheduler asks its rates every period)
+        self._views: dict[int, tuple[tuple, FlatSnr | SubbandSnr]] = {}
 
     def speed_bps(self, bandwidth_hz: float, remaining_bits: float) -> float:
         """The delivered rate of the period that begins now (which also settles the period
-        before): the MCS for the weakest receiver the lowest MCS reaches (a multicast serves
-        its weakest member); a receiver it does not reach waits, and one that has waited
-        ``link_failure_s`` in a row is dropped from the transmission, which fails when nobody
-        is left. A re-split of the band that keeps the share's allocation (a share under one
-        PRB stays on one PRB) only changes its slots: the period goes on at the new rate."""
+        before): the PRB count and MCS for the weakest receiver the lowest MCS reaches (a
+        multicast serves its weakest member); a receiver it does not reach waits, and one
+        that has waited ``link_failure_s`` in a row is dropped from the transmission, which
+        fails when nobody is left. A re-split of the band that keeps its blocks (a share
+        under one PRB stays on one PRB; a share keeps the PRB count its rate peaks at) only
+        changes its slots: the period goes on at the new rate."""
         harq = self.harq
         now = self.radio.now()
-        self._set_duty(harq.duty(bandwidth_hz))
         period = self._period
         if (
             period is not None
             and period.shape is not None
             and now < min(self._valid_until_s, period.review_s)
             and not self._waiting_since
-            and harq.allocation(bandwidth_hz) == period.allocation
             and self._placed_as_planned()
-        ):  # a re-split that keeps its allocation: the same blocks, other slots
-            period.rescale(now, harq.blocks_per_s(bandwidth_hz))
-            return period.speed_bps
-        state = self._powered(bandwidth_hz)
+        ):
+            use = harq.choose(period.channel, bandwidth_hz, period.offset_db)
+            if use.same_blocks(period.use):  # the same blocks, other slots
+                self._send_as(use)
+                period.rescale(now, harq.blocks_per_s(use))
+                return period.speed_bps
+        state = self._state()
         self.finish()
-        weakest, weakest_gain, channels = -1, math.inf, {}
+        weakest, weakest_gain, views = -1, math.inf, {}
         for receiver in self.receivers:
             if receiver in self.dropped:
                 continue
             gain_hz = state[receiver]
-            channel = self._channel(receiver, gain_hz, bandwidth_hz)
-            if harq.reaches(channel, bandwidth_hz):
+            view = self._view(receiver, gain_hz)
+            if harq.reaches(view, bandwidth_hz):
                 self._waiting_since.pop(receiver, None)
-                channels[receiver] = channel
+                views[receiver] = view
                 if gain_hz < weakest_gain:
                     weakest, weakest_gain = receiver, gain_hz
             else:  # the failure is due when next_change_s says (the same sum, to the bit)
@@ -138,24 +152,91 @@ class HarqTransmission(RadioLink):
         self._periods += 1
         self._period_entity = entity
         self._period = harq.plan(
-            now, entity, self._served(channels, weakest), bandwidth_hz, remaining_bits,
+            now, entity, self._served(views, weakest), bandwidth_hz, remaining_bits,
             self._valid_until_s - now, u,
         )  # fmt: skip
+        self._send_as(self._period.use)
         return self._period.speed_bps
+
+    def _send_as(self, use: Use) -> None:
+        """It sends as ``use`` says from now: its power (power control: the mean of the powers
+        of the PRB counts it sends on, TS 38.213 with M_RB the PRBs used) and its duty."""
+        powers_w = self._powers_w()
+        if powers_w is None:
+            power_w = self.power_w
+        elif use.low:
+            weight = use.high_share
+            power_w = (1.0 - weight) * powers_w[use.low - 1] + weight * powers_w[use.high - 1]
+        else:
+            power_w = float(powers_w[use.high - 1])
+        if power_w != self.tx_power_w:
+            self._bank_radiated()  # what it radiated so far at its previous power
+            self.tx_power_w = power_w
+        self._set_duty(use.blocks_per_slot)
+
+    def _powers_w(self) -> np.ndarray | None:
+        """The power on each PRB count, or None: its maximum on any (a device: D2D, the
+        uplink without power control). The uplink's under power control (TS 38.213 §7.1.1
+        with M_RB the PRBs used); the downlink's at a constant power per PRB, the base
+        station's over its band's PRBs (a gNB's fixed EPRE, TS 38.214 §4.1: fewer PRBs do
+        not raise it, so it fills its band)."""
+        if self.direction == DOWNLINK:
+            counts = np.arange(1, self.radio.downlink_prbs + 1)
+            return self.power_w * counts / counts[-1]
+        if self.direction != UPLINK or not self.radio.power_controlled:
+            return None
+        [client] = self.receivers
+        return self.radio.uplink_powers_w(client)
+
+    def _power_db(self) -> np.ndarray | None:
+        """The power on each PRB count over the maximum, dB (None: the maximum on any)."""
+        powers_w = self._powers_w()
+        return None if powers_w is None else 10.0 * np.log10(powers_w / self.power_w)
+
+    def achievable_bps(self, bandwidth_hz: float) -> float:
+        """The rate the weakest receiver would get on bandwidth_hz now (a scheduler's
+        metric): that of the best use of the share at the estimate (``Harq.best_use``),
+        non-decreasing in the share."""
+        state = self._state()  # a new channel state forgets the rates of the last one
+        rate_bps = self._achievable_bps_on.get(bandwidth_hz)
+        if rate_bps is None:
+            weakest = min(state, key=state.__getitem__)
+            rate_bps = self.harq.best_use(self._view(weakest, state[weakest]), bandwidth_hz)[1]
+            if self.radio.cache_channel:
+                self._achievable_bps_on[bandwidth_hz] = rate_bps
+        return rate_bps
+
+    def usable_hz(self, bandwidth_hz: float) -> float:
+        """The most of bandwidth_hz its weakest receiver's rate grows on: the fewest PRBs
+        that carry the most (at least one), as PRBs."""
+        state = self._state()
+        weakest = min(state, key=state.__getitem__)
+        prb_hz = self.harq.settings.prb_hz
+        most = max(1, math.floor(bandwidth_hz / prb_hz + 1e-9))
+        rates = self._view(weakest, state[weakest]).rates(self.harq, most)
+        return int(rates.peak_at[most - 1]) * prb_hz
 
     def _placed_as_planned(self) -> bool:
         """Whether the share sits where the period was planned on (flat: anywhere will do)."""
         return True
 
-    def _channel(self, receiver: int, gain_hz: float, bandwidth_hz: float) -> FlatSnr:
-        """The receiver's channel as the period sees it: its SNR over one PRB (the whole
-        power on it) and the transmitter's estimate of it."""
+    def _view(self, receiver: int, gain_hz: float) -> FlatSnr:
+        """The receiver's channel as a period sees it: its SNR over one PRB (the whole power
+        on it), the transmitter's estimate of it, and the power on each PRB count; kept while
+        the channel state holds."""
+        key = (self._state_count,)
+        kept = self._views.get(receiver)
+        if kept is not None and kept[0] == key:
+            return kept[1]
         snr_db = 10.0 * math.log10(gain_hz / self.harq.settings.prb_hz)
-        return FlatSnr(snr_db, self._estimate_db(receiver, snr_db))
+        view = FlatSnr(snr_db, self._estimate_db(receiver, snr_db), self._power_db())
+        if self.radio.cache_channel:
+            self._views[receiver] = (key, view)
+        return view
 
-    def _served(self, channels: dict, weakest: int) -> FlatSnr:
+    def _served(self, views: dict, weakest: int) -> FlatSnr:
         """The channel the period's MCS serves: its weakest receiver's (a multicast)."""
-        return channels[weakest]
+        return views[weakest]
 
     def _estimate_db(self, receiver: int, snr_db: float) -> float:
         """The SNR the transmitter believes in: the block's own, or that of the block (or the
@@ -217,18 +298,18 @@ class HarqTransmission(RadioLink):
 
 class SubbandHarqTransmission(HarqTransmission):
     """A stream of transport blocks over a frequency-selective channel: a block's effective
-    SNR is the EESM over the PRBs it holds (those a scheduler placed it on, or its share
-    spread over the band), MCS by MCS (``adaptation.SubbandSnr``)."""
+    SNR is the EESM over the PRBs it holds, MCS by MCS (``views.SubbandSnr``): of those a
+    scheduler placed it on, the strongest it fills; else in a row where ``fading.placement``
+    puts a share no scheduler placed (``placement``)."""
 
     _planned_on: np.ndarray | None = None  # the PRBs per subband its period was planned on
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # per receiver: (its subband gains, (power scale, placement), the channel on them)
-        self._channels: dict[int, tuple[np.ndarray, tuple, SubbandSnr]] = {}
         # the scheduler's view per reference PRB count, on the gains it was worked out on
         self._rates_for: np.ndarray | None = None
         self._rates_on: dict[float, np.ndarray] = {}
+        self._unscheduled: Placement | None = None  # where it sits when no scheduler placed it
 
     def _placed_as_planned(self) -> bool:
         placed, planned = self.allocation_prbs, self._planned_on
@@ -236,23 +317,38 @@ class SubbandHarqTransmission(HarqTransmission):
             return placed is planned
         return np.array_equal(placed, planned)
 
-    def _channel(self, receiver: int, gain_hz: float, bandwidth_hz: float) -> SubbandSnr:
-        """The receiver's subbands as the period sees them: kept (with the effective SNRs
-        worked out on them) while the channel, the power and the placement stay, so a
-        transmitter waiting below the lowest MCS costs one EESM per channel, not per re-split."""
-        self._planned_on = weights = self.allocation_prbs
-        gains = self._subband_gain_hz[receiver]
-        scale = self._power_scale(bandwidth_hz, sends=False)
-        placed = None if weights is None else weights.tobytes()
-        kept = self._channels.get(receiver)
-        if kept is not None and kept[0] is gains and kept[1] == (scale, placed):
-            return kept[2]
-        snr = gains * (scale / self.harq.settings.prb_hz)
-        if weights is None:
-            weights = self.radio.subband_grid(self.direction).prbs_array
-        channel = SubbandSnr((snr,), (self._subband_estimate(receiver, snr),), weights)
-        self._channels[receiver] = (gains, (scale, placed), channel)
-        return channel
+    def _view(self, receiver: int, gain_hz: float) -> SubbandSnr:
+        """The receiver's subbands as a period sees them: kept (with the effective SNRs and
+        rates worked out on them) while the channel, the power and the placement stay, so a
+        transmitter waiting below the lowest MCS costs its EESMs once per channel, not per
+        re-split."""
+        self._planned_on = held = self.allocation_prbs
+        key = (self._state_count, None if held is None else held.tobytes())
+        kept = self._views.get(receiver)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        snr = self._subband_gain_hz[receiver] / self.harq.settings.prb_hz
+        estimate = self._subband_estimate(receiver, snr)
+        if held is None:
+            placement = self._placement()
+        else:  # a block on fewer PRBs takes the strongest by the estimate
+            placement = Held(held, np.argsort(-estimate, kind="stable"))
+        view = SubbandSnr((snr,), (estimate,), placement, self._power_db())
+        if self.radio.cache_channel:
+            self._views[receiver] = (key, view)
+        return view
+
+    def _placement(self) -> Placement:
+        """Where a share no scheduler placed sits: drawn once per transmission."""
+        if self._unscheduled is None:
+            receiver = self.receivers[0]
+            entity, _ = self._entity(receiver)
+            u = hashed_uniform(
+                self.radio.key, PLACEMENT, self.direction, entity, self._transmission[receiver]
+            )
+            grid = self.radio.subband_grid(self.direction)
+            self._unscheduled = unscheduled(self.radio.subband_placement, grid, u)
+        return self._unscheduled
 
     def _subband_snr(self, receiver: int, bandwidth_hz: float) -> np.ndarray:
         """The receiver's SNR on each subband over one PRB, with the power sent on
@@ -270,14 +366,15 @@ class SubbandHarqTransmission(HarqTransmission):
         earlier = self.radio.earlier_subband_gains(entity, self.direction, self._block, age)
         return snr * (earlier / self._subband_fading[receiver])
 
-    def _served(self, channels: dict, weakest: int) -> SubbandSnr:
-        """Every receiver the lowest MCS reaches: each MCS's effective SNR is the weakest's."""
-        served = list(channels.values())
-        if len(served) == 1:
-            return served[0]
+    def _served(self, views: dict, weakest: int) -> SubbandSnr:
+        """Every receiver the lowest MCS reaches: each MCS's effective SNR is the weakest's;
+        the PRB count is the one for the receiver of least gain over the band (first)."""
+        if len(views) == 1:
+            return views[weakest]
+        served = [views[weakest], *(v for r, v in views.items() if r != weakest)]
         return SubbandSnr(
-            tuple(c.snr[0] for c in served), tuple(c.estimate[0] for c in served),
-            served[0].weights,
+            tuple(v.snr[0] for v in served), tuple(v.estimate[0] for v in served),
+            served[0].placement, served[0].power_db,
         )  # fmt: skip
 
     def subband_rates_bps(self, reference_prbs: float) -> np.ndarray:
