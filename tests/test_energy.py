@@ -289,3 +289,19 @@ def test_an_upload_the_link_gives_up_stops_drawing_power_when_it_ends(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert endings["packet_error"] > 0  # some uploads fell below the threshold
     assert summary["energy_j"]["tx_j"] == pytest.approx(expected_j, rel=1e-9)
+
+
+def test_a_share_under_one_prb_draws_its_share_of_the_power_and_the_circuits_throughout(tmp_path):
+    """Six fixed sub-bands of half a PRB (3 PRBs on 1.08 MHz): each upload sends on one PRB in
+    half the slots, so its battery pays p/2 + the circuits over its air time (before: p +
+    the circuits, 1.7x the transmit joules at this power)."""
+    run_dir = radio_energy_run(
+        tmp_path,
+        {"cell_radius_m": 150, "shadowing_db": 0, "uplink_bandwidth_hz": 1.08e6,
+         "uplink_sharing": "fixed", "uplink_subbands": 6, "link": "harq", "tx_power_dbm": 13},
+    )  # fmt: skip
+    radiated_w = 10 ** (13 / 10) / 1000
+    expected_j, _ = uploads_by_hand(run_dir)  # at p + the circuits
+    air_s = (expected_j) / (radiated_w + 0.02)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["energy_j"]["tx_j"] == pytest.approx((0.5 * radiated_w + 0.02) * air_s, rel=1e-9)

@@ -45,7 +45,6 @@ class DeviceEnergy:
         self.cpu = cpu
         self.cpu_hz = cpu_hz
         self.tx_w = self.drawn_w(tx_w)
-        self.power_controlled = radio is not None and radio.settings.power_control is not None
         battery = config.battery
         capacity_j = battery.capacity_j.sample(rng, num_clients) if battery else None
         self.meter = EnergyMeter(env, num_clients, capacity_j, on_empty)
@@ -88,7 +87,7 @@ class DeviceEnergy:
                 return  # cut during its queue or set-up, or empty: it never sent a bit
             if sender is not None:
                 tx_w = float(self.tx_w[sender])
-                if controlled:  # power control: what it radiates now, and the circuits
+                if radiated:  # what it radiates now on average (power control, its duty)
                     tx_w = self.drawn_w(flow.tx_power_w)
                 power_w[self._draw(draws, sender, "tx", tx_w, on_air[0])] = tx_w
             if rx_w > 0:
@@ -103,8 +102,11 @@ class DeviceEnergy:
 
         if hasattr(flow, "on_sending"):
             flow.on_sending = sending
-        controlled = sender is not None and self.power_controlled and hasattr(flow, "on_power")
-        if controlled:
+        # A radio transmitter's power follows its link: power control, and the share of the
+        # slots it sends in (a share under one PRB radiates in a fraction of them, its circuits
+        # on throughout).
+        radiated = sender is not None and hasattr(flow, "on_power")
+        if radiated:
 
             def radiates(tx_w: float) -> None:
                 if draws:  # the sender's draw is the first
