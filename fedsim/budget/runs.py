@@ -8,11 +8,12 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import torch
 
 from fedsim.algorithms import ALGORITHMS
 from fedsim.budget.closed_forms import closed_form_round_s
 from fedsim.config import AlgorithmConfig, HierFavgConfig, Scenario
-from fedsim.learn.data import FederatedDataset
+from fedsim.learn.data import CountShard, FederatedDataset
 from fedsim.learn.trainer import Trainer
 from fedsim.results.files import BREAKDOWN
 from fedsim.results.recorder import Recorder
@@ -64,6 +65,10 @@ class Budget:
     empty_rounds_cut_at: dict[str, int] = field(default_factory=dict)
     # Bytes of one model-shaped message as the algorithm's codecs encode it (None: no codec).
     message_bytes: dict[str, int] | None = None
+    # What a codec whose size depends on the values (QSGD) was counted on: "update" (a seeded
+    # short training: ``representative_update``), "stand-in" (a standard-normal tensor, where
+    # the clients' data is not loaded), None (no such codec).
+    messages_sized_on: str | None = None
     radio: dict | None = None  # with system.radio: world.network.rate_distribution
     uplink_aggregation: str = "digital"  # system.radio.uplink_aggregation (over the air or not)
     energy_j: dict | None = None  # with system.energy: joules by category, over the run
@@ -102,6 +107,9 @@ def budget_algorithm(
         hierarchical=algorithm.name == "hierfavg",
     )
     world = World(scenario, algorithm, dataset, trainer, recorder, progress, timing_only=True)
+    sample = representative_update(world) if world.compression.sized_by_values else None
+    if sample is not None:
+        world.compression.size_on(*sample)
     world.run(ALGORITHMS[algorithm.name](world, algorithm), max_events=max_events)
     world.finish(complete=True)
     rows = recorder.round_rows
@@ -139,6 +147,11 @@ def budget_algorithm(
         closed_form_round_s=closed_form_s,
         simulated_s=world.env.now,
         message_bytes=message_bytes(world),
+        messages_sized_on=None
+        if not world.compression.sized_by_values
+        else "update"
+        if sample is not None
+        else "stand-in",
         radio=rate_distribution(world.network.radio) if world.network.radio else None,
         uplink_aggregation=scenario.system.uplink_aggregation,
         energy_j=world.energy.meter.totals() if world.energy else None,
@@ -198,6 +211,24 @@ def bler_tables(scenario: Scenario) -> dict | None:
     if radio is None or radio.link.model != "harq":
         return None
     return {"source": radio.link.bler_tables, "version": radio.link.bler_tables_version}
+
+
+def representative_update(world: World) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The scenario's model at its seeded start and the update one local training of it makes
+    on the first client's data (the scenario's local epochs or steps, batches seeded): what a
+    codec whose size depends on the values (QSGD's Elias coding) is counted on in a
+    timing-only run, where a standard-normal stand-in codes 1.5–2.4× larger than a trained
+    LeNet-5 update. None where the clients' data is not loaded (sample counts only)."""
+    shard = world.clients[0].shard
+    if isinstance(shard, CountShard):
+        return None
+    trainer, training = world.trainer_of(0), world.scenario.training
+    start = trainer.init_params(world.streams.integer_seed("init"))
+    trained = trainer.train(
+        start, shard.x_train, shard.y_train, epochs=training.local_epochs,
+        steps=training.local_steps, seed=world.streams.integer_seed("batches", 0, 0),
+    )  # fmt: skip
+    return start, trained.params - start
 
 
 def message_bytes(world: World) -> dict[str, int] | None:

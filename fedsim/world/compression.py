@@ -25,9 +25,11 @@ compressed as they are, with a residual per (sender, receiver) under ``error_fee
 
 Error feedback keeps one flat float32 residual per (sender, tensor of the message), made at
 its first message and dropped when the client leaves; PowerSGD's warm start and the public
-copies likewise. A timing-only run (meta tensors) counts each codec's bytes on a seeded
-standard-normal tensor of the model's shape, once per shape: exact for every codec whose
-size depends only on the shape, a typical figure for QSGD's Elias coding.
+copies likewise. A timing-only run (meta tensors) counts each codec's bytes once per shape:
+exact for every codec whose size depends only on the shape; QSGD's Elias coding depends on the
+values, so it is counted on a real model and update when the budget gives them (``size_on``:
+a seeded short training, ``fedsim.budget.representative_update``), else on a seeded
+standard-normal tensor, which a trained update's heavier tails code 1.5–2.4× smaller.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class Compression:
         self._generator = torch.Generator().manual_seed(seed)
         self._states: dict[tuple[int, ...], dict] = {}
         self._stand_in_bytes: dict[tuple[str, int], int] = {}
+        self._samples: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # numel -> model, update
         self._public: dict[int, PublicCopy] = {}
         self._known: dict[tuple[int, int], int] = {}  # (sender, receiver) -> version held
 
@@ -277,11 +280,28 @@ class Compression:
         data = codec.encode(x, context)
         return len(data), codec.decode(data, x.numel(), context)
 
+    @property
+    def sized_by_values(self) -> bool:
+        """Whether a codec's size depends on the values it encodes (QSGD's Elias coding), so
+        that a timing-only run needs a real model and update to count it (``size_on``)."""
+        return any(isinstance(codec, QSGD) for codec in self.codecs.values())
+
+    def size_on(self, model: torch.Tensor, update: torch.Tensor) -> None:
+        """Count a timing-only run's messages of this many numbers on these tensors: the model
+        where the downlink sends models, the update where the uplink and peers send updates
+        and differences; other shapes stay on a standard-normal stand-in."""
+        self._samples[model.numel()] = (model.flatten(), update.flatten())
+        self._stand_in_bytes.clear()
+
     def _stand_in(self, direction: str, codec: Codec, shapes: list[torch.Size]) -> int:
         numel = sum(s.numel() for s in shapes)
         if (direction, numel) not in self._stand_in_bytes:
             generator = torch.Generator().manual_seed(numel)
-            x = torch.randn(numel, generator=generator)
+            sample = self._samples.get(numel)
+            if sample is None:
+                x = torch.randn(numel, generator=generator)
+            else:
+                x = sample[0] if direction == "downlink" else sample[1]
             data = codec.encode(x, Context(shapes, generator))
             self._stand_in_bytes[direction, numel] = len(data)
         return self._stand_in_bytes[direction, numel]
