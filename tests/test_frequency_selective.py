@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simpy
+import yaml
 
 from fedsim.config import ScenarioError, parse_scenario
 from fedsim.sim.band import ChannelMedium
@@ -207,6 +208,18 @@ def test_the_profile_keys_name_what_they_need(tmp_path):
     assert "needs model rayleigh and a coherence_s" in error(data)
     assert "profile" in error(radio_scenario(tmp_path, profile="TDL-Z"))
     assert "placement" in error(radio_scenario(tmp_path, profile="TDL-C", placement="spread"))
+
+
+def test_the_scenario_sweeps_tdl_c_at_the_300_ns_its_header_states():
+    """A TDL profile's keys given once beside a flat profile serve the sweep's TDL variants
+    (before, a top-level 300 was refused and the file ran TDL-C at the nominal 100 ns)."""
+    scenario = parse_scenario(
+        yaml.safe_load((REPO / "scenarios/frequency_selective.yaml").read_text())
+    )
+    fading = {v.system.radio.fading.profile: v.system.radio.fading for v in scenario.variants()}
+    assert "300 ns" in (REPO / "scenarios/frequency_selective.yaml").read_text()
+    assert fading["TDL-C"].delay_spread_ns == 300 and set(fading) == {"flat", "TDL-C"}
+    assert "delay_spread_ns" not in scenario.variants()[0].to_yaml()  # the flat ones
 
 
 def test_a_flat_scenarios_resolved_file_has_no_profile_keys_and_a_tdl_one_keeps_them(tmp_path):
