@@ -226,12 +226,6 @@ class Radio(LargeScale):
         return state.uplink_powers_w
 
     @property
-    def downlink_prbs(self) -> int:
-        """The PRBs of the downlink band (the link model's): what a base station spreads its
-        power over at a constant power per PRB."""
-        return round(self.link.usable_hz(self.settings.downlink_bandwidth_hz) / self.link.prb_hz)
-
-    @property
     def subband_placement(self) -> str:
         """Where a share no scheduler placed sits on a frequency-selective band
         (``fedsim.sim.link.placement``)."""

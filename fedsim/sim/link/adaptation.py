@@ -144,23 +144,24 @@ class PrbRates:
         peak_at = np.maximum.accumulate(np.where(rising, np.arange(1, len(bits) + 1), 0))
         return cls(bits, peak, peak_at)
 
-    def best(self, share_prbs: float) -> tuple[Use, float]:
+    def best(self, share_prbs: float, *, fill: bool = False) -> tuple[Use, float]:
         """The use of a share of ``share_prbs`` PRBs that delivers the most bits per slot at
         the estimate, and those bits: the fewest whole PRBs that give the most (m ≤ ⌊b⌋
         every slot), or ⌊b⌋ and ⌈b⌉ in turn (⌈b⌉ in a fraction b − ⌊b⌋ of the slots) where
         that gives more; under one PRB, one PRB in a fraction b of the slots. The bits are
         non-decreasing and continuous from the left in b: the most any smaller share gets,
-        and a share larger than the PRBs the rate peaks at gains nothing."""
+        and a share larger than the PRBs the rate peaks at gains nothing. ``fill``: the
+        whole share, ⌊b⌋ and ⌈b⌉ in turn (a transmitter that is not power-limited)."""
         whole = math.floor(share_prbs + 1e-9)  # an exact multiple stays whole
         if whole < 1:
             return Use(0, 1, share_prbs), share_prbs * float(self.bits[0])
         most = min(whole, len(self.bits))
-        count = int(self.peak_at[most - 1])
-        use, bits = Use(count, count, 0.0), float(self.peak[most - 1])
+        count = most if fill else int(self.peak_at[most - 1])
+        use, bits = Use(count, count, 0.0), float(self.bits[count - 1])
         extra = share_prbs - whole
         if extra > 1e-9 and whole < len(self.bits):
             mixed = (1.0 - extra) * float(self.bits[whole - 1]) + extra * float(self.bits[whole])
-            if mixed > bits:
+            if fill or mixed > bits:
                 use, bits = Use(whole, whole + 1, extra), mixed
         return use, bits
 
@@ -173,9 +174,11 @@ class PrbRates:
 class ChannelView(Protocol):
     """What a period's blocks see of the channel (``views``: flat, or per subband): a block's
     MCS choice and failures on m PRBs (per hop of its placement), and the rates per PRB count
-    that decide how the transmitter fills its share."""
+    that decide how the transmitter fills its share (``fills``: the whole of it, as a base
+    station does)."""
 
     hops: int
+    fills: bool
 
     def blocks_of(self, harq: Harq, prbs: int, hop: int = 0) -> Blocks: ...
 
@@ -276,7 +279,7 @@ class Harq:
         estimate itself, it waits, as NR's "CQI out of range")."""
         share_prbs = share_hz / self._prb_hz
         most = max(1, math.ceil(share_prbs - 1e-9))
-        use, bits = channel.rates(self, most, offset_db).best(share_prbs)
+        use, bits = channel.rates(self, most, offset_db).best(share_prbs, fill=channel.fills)
         return use, bits / self.settings.slot_s
 
     def choose(self, channel: ChannelView, share_hz: float, offset_db: float) -> Use:

@@ -56,15 +56,11 @@ class HarqLink(LinkModel):
     def rate_bps(self, bandwidth_hz: float, snr: float, direction: int) -> float:
         """The rate it delivers on average on a share of bandwidth_hz at a steady SNR over it:
         on the PRB count that delivers the most (a device's power on fewer PRBs at a higher
-        density; the downlink's at its constant density, on them all), the MCS it would pick
-        there times 1 − its BLER (0 below the lowest MCS on every count)."""
-        prbs = bandwidth_hz / self.settings.prb_hz
-        snr *= prbs  # over one PRB, the whole power on it
+        density; the base station on its whole band), the MCS it would pick there times
+        1 − its BLER (0 below the lowest MCS on every count)."""
+        snr *= bandwidth_hz / self.settings.prb_hz  # over one PRB, the whole power on it
         snr_db = 10.0 * math.log10(snr) if snr > 0 else -300.0
-        power_db = None
-        if direction == DOWNLINK:  # the power on m PRBs: m/prbs of the whole
-            power_db = 10.0 * np.log10(np.arange(1, math.ceil(prbs - 1e-9) + 1) / prbs)
-        view = FlatSnr(snr_db, snr_db, power_db)
+        view = FlatSnr(snr_db, snr_db, fills=direction == DOWNLINK)
         return self.adaptation[direction].best_use(view, bandwidth_hz)[1]
 
     def transmission(
@@ -174,15 +170,17 @@ class HarqTransmission(RadioLink):
             self.tx_power_w = power_w
         self._set_duty(use.blocks_per_slot)
 
+    @property
+    def _fills(self) -> bool:
+        """Whether it sends on its whole share: a base station, not power-limited as a device
+        is (a gNB's fixed energy per resource element, TS 38.214 §4.1: fewer PRBs would not
+        get more power each), fills its band; a device fills the PRB count that delivers
+        the most."""
+        return self.direction == DOWNLINK
+
     def _powers_w(self) -> np.ndarray | None:
-        """The power on each PRB count, or None: its maximum on any (a device: D2D, the
-        uplink without power control). The uplink's under power control (TS 38.213 §7.1.1
-        with M_RB the PRBs used); the downlink's at a constant power per PRB, the base
-        station's over its band's PRBs (a gNB's fixed EPRE, TS 38.214 §4.1: fewer PRBs do
-        not raise it, so it fills its band)."""
-        if self.direction == DOWNLINK:
-            counts = np.arange(1, self.radio.downlink_prbs + 1)
-            return self.power_w * counts / counts[-1]
+        """The uplink's power on each PRB count under power control (TS 38.213 §7.1.1 with
+        M_RB the PRBs used), or None: its maximum on any."""
         if self.direction != UPLINK or not self.radio.power_controlled:
             return None
         [client] = self.receivers
@@ -229,7 +227,7 @@ class HarqTransmission(RadioLink):
         if kept is not None and kept[0] == key:
             return kept[1]
         snr_db = 10.0 * math.log10(gain_hz / self.harq.settings.prb_hz)
-        view = FlatSnr(snr_db, self._estimate_db(receiver, snr_db), self._power_db())
+        view = FlatSnr(snr_db, self._estimate_db(receiver, snr_db), self._power_db(), self._fills)
         if self.radio.cache_channel:
             self._views[receiver] = (key, view)
         return view
@@ -333,7 +331,7 @@ class SubbandHarqTransmission(HarqTransmission):
             placement = self._placement()
         else:  # a block on fewer PRBs takes the strongest by the estimate
             placement = Held(held, np.argsort(-estimate, kind="stable"))
-        view = SubbandSnr((snr,), (estimate,), placement, self._power_db())
+        view = SubbandSnr((snr,), (estimate,), placement, self._power_db(), self._fills)
         if self.radio.cache_channel:
             self._views[receiver] = (key, view)
         return view
@@ -374,7 +372,7 @@ class SubbandHarqTransmission(HarqTransmission):
         served = [views[weakest], *(v for r, v in views.items() if r != weakest)]
         return SubbandSnr(
             tuple(v.snr[0] for v in served), tuple(v.estimate[0] for v in served),
-            served[0].placement, served[0].power_db,
+            served[0].placement, served[0].power_db, served[0].fills,
         )  # fmt: skip
 
     def subband_rates_bps(self, reference_prbs: float) -> np.ndarray:

@@ -28,11 +28,13 @@ class FlatSnr:
     """A channel flat across the band: the block's SNR and the transmitter's estimate of it,
     over one PRB with the whole power on it (a block on m PRBs has 1/m of it on each).
     ``power_db``: with power control, the power sent on m PRBs (index m − 1) over that power,
-    dB (None: the same power on any count)."""
+    dB (None: the same power on any count); ``fills``: it sends on its whole share (a base
+    station), else on the PRB count link adaptation picks."""
 
     snr_db: float
     estimate_db: float
     power_db: np.ndarray | None = None
+    fills: bool = False
     _rates: dict[float, PrbRates] = field(default_factory=dict)  # per outer-loop offset
     hops: ClassVar[int] = 1
 
@@ -51,7 +53,8 @@ class FlatSnr:
         return shapes, harq.floors_of(prbs), shift, failure, len(shapes) - 1
 
     def reaches(self, harq: Harq, most: int) -> bool:
-        return bool(self.rates(harq, most).peak[most - 1] > 0.0)
+        rates = self.rates(harq, most)
+        return bool((rates.bits[most - 1] if self.fills else rates.peak[most - 1]) > 0.0)
 
     def rates(self, harq: Harq, most: int, offset_db: float = 0.0) -> PrbRates:
         rates = self._rates.get(offset_db)
@@ -78,6 +81,7 @@ class SubbandSnr:
     estimate: tuple[np.ndarray, ...]
     placement: Placement
     power_db: np.ndarray | None = None
+    fills: bool = False  # as ``FlatSnr``'s
     _effective_db: dict = field(default_factory=dict, compare=False, repr=False)
     _rates: dict[float, PrbRates] = field(default_factory=dict, compare=False, repr=False)
 
@@ -120,8 +124,12 @@ class SubbandSnr:
         some PRB count up to ``most``, at some hop, for its first receiver."""
         lowest_db = harq.thresholds_upto(most)[:, -1]
         betas = harq.betas_of(1)[-1:]
+        counts = slice(most - 1, most) if self.fills else slice(None)  # the whole share only
         return any(
-            (lowest_db <= GRID_SNR_DB[snr_steps(self._effective_upto(most, hop, betas))]).any()
+            (
+                lowest_db[counts]
+                <= GRID_SNR_DB[snr_steps(self._effective_upto(most, hop, betas)[counts])]
+            ).any()
             for hop in range(self.hops)
         )
 
