@@ -205,8 +205,9 @@ class HarqTransmission(RadioLink):
         return rate_bps
 
     def usable_hz(self, bandwidth_hz: float) -> float:
-        """The most of bandwidth_hz its weakest receiver's rate grows on: the fewest PRBs
-        that carry the most (at least one), as PRBs."""
+        """The most of bandwidth_hz its weakest receiver's rate grows on [Hz]: the fewest
+        PRBs that carry the most at the estimate (at least one: a transmitter waiting below
+        the lowest MCS keeps a PRB to find out when its channel comes back)."""
         state = self._state()
         weakest = min(state, key=state.__getitem__)
         prb_hz = self.harq.settings.prb_hz
