@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simpy
-import yaml
 
-from fedsim.config import ScenarioError, parse_scenario
+from fedsim.config import ScenarioError, load_scenario, parse_scenario
 from fedsim.sim.band import ChannelMedium
 from fedsim.sim.draws import Fading
 from fedsim.sim.link import HarqLinkSettings, HarqSettings
@@ -213,9 +212,7 @@ def test_the_profile_keys_name_what_they_need(tmp_path):
 def test_the_scenario_sweeps_tdl_c_at_the_300_ns_its_header_states():
     """A TDL profile's keys given once beside a flat profile serve the sweep's TDL variants
     (before, a top-level 300 was refused and the file ran TDL-C at the nominal 100 ns)."""
-    scenario = parse_scenario(
-        yaml.safe_load((REPO / "scenarios/frequency_selective.yaml").read_text())
-    )
+    scenario = load_scenario(REPO / "scenarios/frequency_selective.yaml")
     fading = {v.system.radio.fading.profile: v.system.radio.fading for v in scenario.variants()}
     assert "300 ns" in (REPO / "scenarios/frequency_selective.yaml").read_text()
     assert fading["TDL-C"].delay_spread_ns == 300 and set(fading) == {"flat", "TDL-C"}
