@@ -110,13 +110,26 @@ def test_the_edges_average_their_clients_and_the_cloud_the_edges_by_samples(tmp_
         assert any(not torch.equal(edge_models[0], m) for m in edge_models[1:])  # edges differ
 
 
-def test_a_cloud_round_is_k2_edge_rounds_plus_the_backhaul_both_ways(tmp_path):
-    """Fixed durations: an edge round is the slowest edge's multicast + t_min + slowest upload,
-    a cloud round κ₂ of them plus one model up and one down the backhaul (latency + 8S/R)."""
+@pytest.mark.parametrize(
+    ("compute", "hierfavg", "dataset"),
+    [
+        ({"t_min_s": 0.5}, {}, {}),
+        ({"t_min_s": 0.1, "per": "step"}, {"local_steps": 5}, {}),  # 0.5 s of compute
+        # per sample, clients of different sizes: each its own compute before its upload
+        ({"t_min_s": 0.006, "per": "sample"}, {}, {"partition": {"kind": "dirichlet"}}),
+    ],
+)
+def test_a_cloud_round_is_k2_edge_rounds_plus_the_backhaul_both_ways(
+    tmp_path, compute, hierfavg, dataset
+):
+    """Fixed durations: an edge round is the slowest edge's multicast + max over its clients
+    of compute + upload, a cloud round κ₂ of them plus one model up and one down the backhaul
+    (latency + 8S/R); compute deterministic per round, per step or per sample."""
     data = cellular(
-        tmp_path, FIXED_RADIO, [{"name": "hierfavg", "cloud_every": 3}], run={"rounds": 6},
+        tmp_path, FIXED_RADIO, [{"name": "hierfavg", "cloud_every": 3, **hierfavg}],
+        run={"rounds": 6}, dataset=dataset,
     )  # fmt: skip
-    data["system"]["compute"] = {"t_min_s": 0.5, "mean_extra_s": 0.0}
+    data["system"]["compute"] = {"mean_extra_s": 0.0, **compute}
     scenario = parse_scenario(data)
     dataset = build_dataset(scenario, timing_only=True)
     budget = budget_algorithm(

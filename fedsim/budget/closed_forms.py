@@ -89,11 +89,13 @@ def edge_round_closed_form_s(
 ) -> float | None:
     """HierFAVG's edge round where its duration is fixed, else None. Without cells it is
     FedAvg's round (one edge, where the cloud is). With cells, where every duration is
-    fixed (compute deterministic per round; no fading, shadowing, interference, mobility or
-    power control; the ideal link; each upload on a fixed sub-band of its own; every client
-    selected, none leaving, each with the edge of its cell): the edges' rounds run side by
-    side, so the round lasts max over edges ℓ of T_dl,ℓ + t_min + max_{i ∈ ℓ} T_ul,i, the
-    edge's multicast at its weakest member's rate and each upload at its own."""
+    fixed (compute deterministic per round, step or sample; no fading, shadowing,
+    interference, mobility or power control; the ideal link; each upload on a fixed sub-band
+    of its own; every client selected, none leaving, each with the edge of its cell): the
+    edges' rounds run side by side, so the round lasts max over edges ℓ of
+    T_dl,ℓ + max_{i ∈ ℓ} (C_i + T_ul,i), the edge's multicast at its weakest member's rate,
+    C_i client i's κ₁ steps (t_min per round, per step or per sample) and each upload at its
+    own rate."""
     if world.network.backhaul is None:
         return fedavg_round_s(scenario, algorithm, world)
     system, radio, compute = scenario.system, scenario.system.radio, scenario.system.compute
@@ -109,7 +111,6 @@ def edge_round_closed_form_s(
         and system.network.downlink == "broadcast"
         and system.energy is None
         and not world.compression.active
-        and compute.per == "round"
         and compute.mean_extra_s == 0
         and not compute.device_classes
         and compute.stragglers.fraction == 0
@@ -127,10 +128,22 @@ def edge_round_closed_form_s(
     network = world.network
     return max(
         network.group_downlink_time_s(clients, down_bytes)
-        + compute.t_min_s
-        + max(network.uplink_time_s(c, up_bytes) for c in clients)
+        + max(compute_s(world, algorithm, c) + network.uplink_time_s(c, up_bytes) for c in clients)
         for clients in members
     )
+
+
+def compute_s(world: World, algorithm: HierFavgConfig, client: int) -> float:
+    """Client i's deterministic compute time for its κ₁ steps (``local_steps``; null: the
+    scenario's local work), as its device spends it."""
+    training = world.scenario.training
+    trainer = world.trainer_of(client)
+    n = world.num_train(client)
+    if algorithm.local_steps is None:
+        steps = trainer.num_steps(n, epochs=training.local_epochs, steps=training.local_steps)
+    else:
+        steps = trainer.num_steps(n, epochs=None, steps=algorithm.local_steps)
+    return world.devices.minimum_s(client, steps, trainer.samples_processed(n, steps))
 
 
 def backhaul_transfer_s(world: World) -> float:
