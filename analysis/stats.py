@@ -237,6 +237,7 @@ class RunOutcome:
     bytes_to_target: dict[str, float | None]  # per direction (DIRECTIONS)
     energy_to_target_j: float | None
     samples_to_target: float | None  # training samples processed by then (all clients)
+    worst_at_target: float | None  # the worst client's accuracy when the mean first got there
     complete: bool
 
 
@@ -259,11 +260,13 @@ def run_outcome(run: Run, target_accuracy: float | None) -> RunOutcome:
     else:
         last_time = float(time[last]) if last is not None else 0.0
 
-    reached, spent, moved, samples = None, None, dict.fromkeys(DIRECTIONS), None
+    reached, spent, moved, samples, worst = None, None, dict.fromkeys(DIRECTIONS), None, None
     hit = np.flatnonzero(accuracy >= target_accuracy) if target_accuracy is not None else []
     row = int(hit[0]) if len(hit) else None  # the first evaluation at the target
     if row is not None and SAMPLES_COLUMN in run.columns:
         samples = float(run.columns[SAMPLES_COLUMN][row])
+    if row is not None and "worst_accuracy" in run.columns:
+        worst = float(run.columns["worst_accuracy"][row])
     recorded = summary.get("target_accuracy") == target_accuracy and "time_to_target_s" in summary
     if target_accuracy is not None and recorded:
         reached = summary["time_to_target_s"]
@@ -285,6 +288,7 @@ def run_outcome(run: Run, target_accuracy: float | None) -> RunOutcome:
         bytes_to_target=moved,
         energy_to_target_j=spent,
         samples_to_target=samples,
+        worst_at_target=worst,
         complete=summary.get("complete") is not False,
     )
 
@@ -305,7 +309,9 @@ def outcomes_km(outcomes: Sequence[RunOutcome], *, confidence: float = CONFIDENC
 class CompareRow:
     """One algorithm (and sweep point) over its seeds; a run without a seed part is a row alone.
 
-    Byte and energy medians are over the runs that reached the target (None if none did)."""
+    Byte and energy medians are over the runs that reached the target (None if none did), and
+    so is the worst client's accuracy at the evaluation where the mean first reached it: a mean
+    can reach a target while a client is left far behind."""
 
     label: str
     runs: int
@@ -319,6 +325,7 @@ class CompareRow:
     total_bytes_to_target: float | None  # median of each run's uplink + downlink + d2d
     energy_to_target_j: float | None
     samples_to_target: float | None = None  # median training samples processed by then
+    worst_at_target: float | None = None  # median worst client's accuracy then
 
     @property
     def median_time_s(self) -> float | None:
@@ -372,6 +379,7 @@ def compare_rows(
                 total_bytes_to_target=_median(totals),
                 energy_to_target_j=_median([o.energy_to_target_j for o in reached]),
                 samples_to_target=_median([o.samples_to_target for o in reached]),
+                worst_at_target=_median([o.worst_at_target for o in reached]),
             )
         )
     return rows
@@ -383,6 +391,7 @@ CSV_COLUMNS = (
     "km_median_ci95_low_s", "km_median_ci95_high_s", "reached", "fraction_reached",
     "uplink_bytes_to_target", "downlink_bytes_to_target", "d2d_bytes_to_target",
     "total_bytes_to_target", "energy_to_target_j", "samples_to_target",
+    "worst_accuracy_at_target",
 )  # fmt: skip
 
 
@@ -394,7 +403,7 @@ def _csv_record(row: CompareRow) -> list[object]:
         row.worst_mean, km and km.median, low, math.inf if km and high is None else high,
         km and km.reached, km and km.fraction_reached,
         *(row.bytes_to_target[d] for d in DIRECTIONS), row.total_bytes_to_target,
-        row.energy_to_target_j, row.samples_to_target,
+        row.energy_to_target_j, row.samples_to_target, row.worst_at_target,
     ]  # fmt: skip
 
 
@@ -418,7 +427,7 @@ def _md_record(row: CompareRow, with_energy: bool, with_samples: bool) -> list[s
     km = row.km
     cells = [
         label, str(row.runs), final, _text(row.worst_mean, 0.01), _md_time(km),
-        "–" if km is None else f"{km.reached}/{km.runs}",
+        "–" if km is None else f"{km.reached}/{km.runs}", _text(row.worst_at_target, 0.01),
         *(_text(row.bytes_to_target[d], BYTES_PER_MB, 2) for d in DIRECTIONS),
     ]  # fmt: skip
     if with_energy:
@@ -446,7 +455,8 @@ def format_table(rows: Sequence[CompareRow], fmt: str = "md") -> str:
     with_samples = any(row.samples_to_target is not None for row in rows)
     header = [
         "run", "runs", "final accuracy % (± 95% CI)", "worst client %",
-        "time to target s: KM median [95% CI]", "reached", "uplink MB to target",
+        "time to target s: KM median [95% CI]", "reached", "worst client % at target",
+        "uplink MB to target",
         "downlink MB to target", "d2d MB to target",
     ]  # fmt: skip
     if with_energy:

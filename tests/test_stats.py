@@ -224,6 +224,8 @@ def test_compare_rows_match_a_hand_computation(tmp_path: Path) -> None:
     assert fedavg.bytes_to_target == {"uplink": 250_000.0, "downlink": 500_000.0, "d2d": 0.0}
     assert fedavg.total_bytes_to_target == 750_000.0
     assert fedavg.energy_to_target_j is None
+    # The worst client where the mean first reached 0.8 (0.8 - 0.1 on both), not at the end.
+    assert fedavg.worst_at_target == pytest.approx(0.7)
 
     local = rows["local"]
     assert (local.runs, local.final_mean, local.final_ci) == (1, 0.3, None)
@@ -236,6 +238,7 @@ def test_compare_rows_match_a_hand_computation(tmp_path: Path) -> None:
     assert cobo.final_ci == pytest.approx(T95[1] * np.std([0.9, 0.85], ddof=1) / math.sqrt(2))
     assert cobo.km.median == 15.0
     assert cobo.energy_to_target_j == 60.0  # 40 J per evaluation: 40 and 80
+    assert cobo.worst_at_target == pytest.approx(0.725)  # 0.7 and 0.75 when the mean got there
 
 
 def test_compare_rows_without_summaries_read_the_metrics(tmp_path: Path) -> None:
@@ -266,16 +269,18 @@ def test_format_table_md_and_csv(tmp_path: Path) -> None:
     md = format_table(rows).splitlines()
     assert md[0].startswith("| run | runs | final accuracy % (± 95% CI) |")
     assert md[0].endswith("| energy to target J | samples to target (thousands) |")
-    assert md[1] == "| " + " | ".join(["---"] * 11) + " |"
+    assert md[1] == "| " + " | ".join(["---"] * 12) + " |"
     assert md[2] == (
-        "| fedavg | 3 | 81.0 ± 13.1 | 71.0 | 30.0 [20.0, 30.0] | 2/3 | 0.25 | 0.50 | 0.00 | – "
-        "| 2.0 |"
+        "| fedavg | 3 | 81.0 ± 13.1 | 71.0 | 30.0 [20.0, 30.0] | 2/3 | 70.0 | 0.25 | 0.50 | 0.00 "
+        "| – | 2.0 |"
     )  # samples: the median of 800 x 2 and 800 x 3 evaluations
-    assert md[3] == "| local | 1 | 30.0 | 20.0 | not reached [–, ∞] | 0/1 | – | – | – | – | – |"
+    assert md[3] == (
+        "| local | 1 | 30.0 | 20.0 | not reached [–, ∞] | 0/1 | – | – | – | – | – | – |"
+    )
     # zcobo: at 10 s the lower band is 0.5^7.385 = 0.006 -> CI low 10; S = 0 at 20 -> high 20.
     assert md[4] == (
-        "| zcobo | 2 | 87.5 ± 31.8 | 77.5 | 15.0 [10.0, 20.0] | 2/2 | 0.15 | 0.30 | 0.00 | 60.0 "
-        "| 1.2 |"
+        "| zcobo | 2 | 87.5 ± 31.8 | 77.5 | 15.0 [10.0, 20.0] | 2/2 | 72.5 | 0.15 | 0.30 | 0.00 "
+        "| 60.0 | 1.2 |"
     )
 
     lines = format_table(rows, "csv").splitlines()
@@ -287,6 +292,7 @@ def test_format_table_md_and_csv(tmp_path: Path) -> None:
     assert (fedavg["reached"], fedavg["uplink_bytes_to_target"]) == ("2", "250000.0")
     assert fedavg["energy_to_target_j"] == ""
     assert fedavg["samples_to_target"] == "2000.0"
+    assert float(fedavg["worst_accuracy_at_target"]) == pytest.approx(0.7)
     local = dict(zip(CSV_COLUMNS, lines[2].split(","), strict=True))
     assert (local["km_median_time_to_target_s"], local["km_median_ci95_high_s"]) == ("", "inf")
     assert local["final_accuracy_ci95"] == ""
