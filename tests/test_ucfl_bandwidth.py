@@ -41,6 +41,19 @@ def test_one_pass_over_the_data_gives_every_splits_variance():
         expected = np.mean([float((g - full).square().sum()) for g in direct])
         assert value == pytest.approx(expected, rel=1e-9)
     assert np.isnan(sigma2[-1])
+    # a fractional K: floor(K) batches of round(n / K) samples, the rest left out
+    seen.clear()
+    sigma2 = variance_estimates(gradient_of, full, order, [1.5, 2.5, 3])
+    # cut points 0, 33 (1.5); 0, 20, 40 (2.5); 0, 17, 34, 50 (3): six pieces, each sample once
+    assert sorted(map(len, seen)) == [1, 3, 6, 10, 13, 17]
+    for count, size, value in ((1.5, 33, sigma2[0]), (2.5, 20, sigma2[1])):
+        direct = [samples[order[k * size : (k + 1) * size]].mean(dim=0) for k in range(int(count))]
+        expected = np.mean([float((g - full).square().sum()) for g in direct])
+        assert value == pytest.approx(expected, rel=1e-9)
+    assert np.isnan(variance_estimates(gradient_of, full, order[:2], [1.9, 3.9])).tolist() == [
+        False,
+        True,  # 3 batches of round(2 / 3.9) = 1 sample do not fit in 2
+    ]
     # a single K splits into its own batches: eq. (10) exactly as it was computed before
     seen.clear()
     [alone] = variance_estimates(gradient_of, full, order, [3])

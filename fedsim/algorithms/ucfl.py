@@ -222,32 +222,43 @@ def report_statistics(
     return received, sigma2, n
 
 
-def variance_batch_counts(config: UcflConfig) -> list[int]:
+def variance_batch_counts(config: UcflConfig) -> list[float]:
     """The K a client computes sigma_i^2 for: the one given, or the candidates (ascending)."""
     if config.variance_batches == "auto":
         return sorted(config.variance_batch_candidates)
     return [config.variance_batches]
 
 
+def batch_cuts(n: int, count: float) -> list[int] | None:
+    """The bounds of eq. (10)'s batches in a permutation of n samples for K = ``count``, the
+    data over the batch size n_k: an integer K splits all n into K batches
+    (``np.array_split``); a fractional K > 1 takes floor(K) batches of round(n / K) samples and
+    leaves the rest out (the paper's Fig. 7 goes up to n_k = 660 of 1,000, one batch: K about
+    1.5). None where a batch would be empty."""
+    if count == int(count):
+        if count > n:
+            return None
+        return [0, *np.cumsum([len(b) for b in np.array_split(np.arange(n), int(count))]).tolist()]
+    size = round(n / count)
+    bounds = [size * k for k in range(int(count) + 1)]
+    return bounds if size >= 1 and bounds[-1] <= n else None
+
+
 def variance_estimates(
     gradient_of: Callable[[np.ndarray], torch.Tensor],
     full: torch.Tensor,
     order: np.ndarray,
-    counts: Sequence[int],
+    counts: Sequence[float],
 ) -> np.ndarray:
     """Eq. (10) for each K of ``counts``: the mean squared distance from ``full`` of the
-    gradients of the K batches ``np.array_split(order, K)``; NaN where K exceeds the samples.
+    gradients of the K batches of ``order`` (``batch_cuts``); NaN where a batch would be empty.
 
     Every K's batches are unions of the pieces between all the K's cut points, and a batch's
     gradient is the size-weighted mean of its pieces' gradients: one pass over the data serves
     every K (a batch of one piece is that piece's gradient, so a single K is eq. 10 as is).
     """
     n = len(order)
-    cuts = {
-        count: [0, *np.cumsum([len(b) for b in np.array_split(order, count)]).tolist()]
-        for count in counts
-        if count <= n
-    }
+    cuts = {count: bounds for count in counts if (bounds := batch_cuts(n, count)) is not None}
     edges = sorted({edge for bounds in cuts.values() for edge in bounds})
     pieces = {start: (end - start, gradient_of(order[start:end])) for start, end in pairwise(edges)}
     sigma2 = np.full(len(counts), np.nan)
