@@ -8,9 +8,10 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from analysis.weights import load_collaboration
-from fedsim.algorithms.cobo import pair_probability
+from fedsim.algorithms.cobo import pair_probability, weight_step
 from fedsim.config import CoboConfig, ScenarioError, parse_scenario
 from fedsim.study import run_scenario
 from tests.conftest import requires_real_data, tiny_scenario
@@ -108,7 +109,7 @@ def test_auto_cuts_every_cross_cluster_weight_where_mixed_leaves_most_untouched(
     """The cross-silo setting (8 clients, 4 label permutations) for 20 rounds: with ``auto``
     every pair meets early and all 24 cross-cluster weights fall; with the paper's schedule
     (p = 1/8, then 1/(8t)) a pair meets about 0.45 times and most weights stay at W⁰ = 1."""
-    cobo = {"name": "cobo", "weight_lr": 0.1, "penalty": 2.0}
+    cobo = {"name": "cobo", "weight_lr": 0.1, "weight_lr_decay": "none", "penalty": 2.0}
     data = tiny_scenario(
         tmp_path,
         dataset={"name": "fashion_mnist", "num_samples": 2400, "test_fraction": 0.667,
@@ -136,3 +137,50 @@ def test_auto_cuts_every_cross_cluster_weight_where_mixed_leaves_most_untouched(
     assert cross_weights["auto"] < 0.3
     assert moved["mixed"] < 24 / 2
     assert cross_weights["mixed"] > 0.5
+
+
+@pytest.mark.parametrize("decay", ["inverse", "inverse_sqrt"])
+def test_the_weight_step_decays_after_the_meeting_window_by_the_schedules_law(decay):
+    """40 rounds: T1 = 10. γ until then; afterwards γ T1/t (or its square root); 'none' keeps
+    γ throughout (the paper's constant step)."""
+    config = cobo_config(weight_lr=0.5, weight_lr_decay="after_meetings", decay=decay)
+    law = (lambda r: r) if decay == "inverse" else math.sqrt
+    steps = [weight_step(config, t, 40) for t in range(1, 41)]
+    assert steps[:10] == [0.5] * 10
+    assert steps[19] == pytest.approx(0.5 * law(10 / 20))
+    assert steps[39] == pytest.approx(0.5 * law(10 / 40))
+    constant = config.model_copy(update={"weight_lr_decay": "none"})
+    assert {weight_step(constant, t, 40) for t in range(1, 41)} == {0.5}
+
+
+def test_a_pair_meeting_after_the_window_moves_its_weight_by_the_decayed_step(
+    tmp_path, monkeypatch
+):
+    """Every pair meets every round and each update is clip(w + γ_t <g_i, g_j>) with the
+    round's γ_t: with midpoint gradients of ±0.1 (even and odd clients) the weight of 0 and 1
+    falls by γ_t / 100 a round, γ until T1 = 4 of the 8 rounds, then γ T1 / t."""
+    import fedsim.algorithms.cobo as cobo
+
+    monkeypatch.setattr(
+        cobo,
+        "midpoint_gradient",
+        lambda world, config, client, midpoint, partner: torch.tensor([0.1 - 0.2 * (client % 2)]),
+    )
+    seen = []
+    record = cobo.WeightHistory.record
+    monkeypatch.setattr(
+        cobo.WeightHistory, "record", lambda self, r, w: (seen.append(w[0, 1]), record(self, r, w))
+    )
+    options = {"weight_lr": 0.5, "weight_lr_decay": "after_meetings", "pair_sampling": "all"}
+    data = tiny_scenario(
+        tmp_path, algorithms=[{"name": "cobo", **options}], run={"rounds": 8},
+        system={"d2d": {"graph": "complete", "rate_mbps": 20.0}},
+    )  # fmt: skip
+    scenario = parse_scenario(data)
+    run_scenario(scenario, show_progress=False)
+    expected, w = [], 1.0
+    for t in range(1, 9):
+        w -= weight_step(scenario.algorithms[0], t, 8) * 0.01
+        expected.append(w)
+    assert seen == pytest.approx(expected)
+    assert expected[-1] - expected[-2] == pytest.approx(-0.005 * 4 / 8)

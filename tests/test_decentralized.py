@@ -322,6 +322,29 @@ def test_cobo_refuses_a_penalty_whose_x_step_diverges(tmp_path, training, penalt
         parse_scenario(data)
 
 
+@pytest.mark.parametrize(
+    ("training", "expected"),
+    [
+        # one step: 0.4 x 2 / (lr n) = 0.8 / (0.1 x 6), lr x penalty x n = 0.8
+        (cobo_x_step(0.1, 0), 1.333),
+        (cobo_x_step(0.05, 0), 2.667),
+        # four steps with momentum 0.9: 0.4 of the largest stable penalty, 0.616
+        (cobo_x_step(0.1, 0, momentum=0.9, steps=4), 0.2464),
+        ({"optimizer": "adam", "lr": 0.01}, 0.05),  # no SGD bound: the authors' code's rho
+    ],
+)
+def test_cobo_auto_penalty_is_a_share_of_the_stable_bound(tmp_path, training, expected):
+    """``penalty: auto`` (the default) is resolved at validation, so scenario.yaml records it;
+    a number stays as given."""
+    data = tiny_scenario(
+        tmp_path,
+        training=training,
+        algorithms=[{"name": "cobo"}, {"name": "cobo", "label": "given", "penalty": 0.5}],
+    )
+    auto, given = parse_scenario(data).algorithms
+    assert auto.penalty == pytest.approx(expected, abs=1e-3) and given.penalty == 0.5
+
+
 @pytest.mark.parametrize(("steps", "momentum"), [(1, 0.0), (1, 0.9), (2, 0.0), (3, 0.5), (5, 0.9)])
 def test_cobo_round_factor_is_what_the_x_step_does(steps, momentum):
     """Six clients at W = 1 take ``steps`` heavy-ball steps (a fresh buffer each round) towards

@@ -17,7 +17,11 @@ from fedsim.config.algorithms import AlgorithmConfig, CoboConfig, LocalConfig, U
 from fedsim.config.algorithms._async import AsyncServerConfig
 from fedsim.config.algorithms._decentralized import DecentralizedConfig
 from fedsim.config.algorithms._sync import CHANNEL_AWARE_POLICIES, SelectionConfig, SyncServerConfig
-from fedsim.config.algorithms.cobo import cobo_largest_penalty, cobo_round_factor
+from fedsim.config.algorithms.cobo import (
+    cobo_auto_penalty,
+    cobo_largest_penalty,
+    cobo_round_factor,
+)
 from fedsim.config.algorithms.ucfl import UCFL_PAPER_BATCHES
 from fedsim.config.base import (
     MAX_RATE_MBPS,
@@ -233,16 +237,23 @@ class Scenario(_Strict):
         at W⁰ = 1, the worst case, a round must shrink the models' differences, or they blow
         up before the W-step can cut the links. Checked for SGD (the paper's optimizer) with
         as many clients as can be present at once, for the round's local steps (with
-        local_epochs, every count up to the mean client's, at most ``COBO_CHECKED_STEPS``)."""
+        local_epochs, every count up to the mean client's, at most ``COBO_CHECKED_STEPS``).
+        ``penalty: auto`` is resolved here (``cobo_auto_penalty``), so scenario.yaml records
+        the ρ a run used."""
         training, clients = self.training, self.clients.total
-        if training.optimizer != "sgd" or clients < 2:
-            return self
         if training.local_steps is not None:
             counts = [training.local_steps]
         else:
-            per_client = pool_size(self.dataset.name, self.dataset.num_samples) / clients
+            per_client = pool_size(self.dataset.name, self.dataset.num_samples) / max(clients, 1)
             batches = math.ceil(per_client * (1 - self.dataset.test_fraction) / training.batch_size)
             counts = range(1, max(1, min(training.local_epochs * batches, COBO_CHECKED_STEPS)) + 1)
+        sgd = training.optimizer == "sgd" and clients >= 2
+        for i, algorithm in enumerate(self.algorithms):
+            if isinstance(algorithm, CoboConfig) and algorithm.penalty == "auto":
+                penalty = cobo_auto_penalty(training.lr, clients, counts, training.momentum, sgd)
+                self.algorithms[i] = algorithm.model_copy(update={"penalty": penalty})
+        if not sgd:
+            return self
         for i, algorithm in enumerate(self.algorithms):
             if not isinstance(algorithm, CoboConfig):
                 continue

@@ -3,6 +3,7 @@ checks its penalty against."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -59,6 +60,29 @@ def cobo_largest_penalty(lr: float, clients: int, local_steps: int, momentum: fl
     return top
 
 
+# ``penalty: auto``: this share of the largest ρ whose X-step is stable at W⁰ = 1. Measured
+# (issue 53): lr ρ n = 0.8 for one step, the ρ that the shipped cross-silo (2.0 with 8
+# clients at lr 0.05) and a 40-client world (0.4) were tuned to.
+COBO_PENALTY_SHARE = 0.4
+COBO_CODE_PENALTY = 0.05  # the authors' code's ρ (vision README), for optimizers other than SGD
+
+
+def cobo_auto_penalty(
+    lr: float, clients: int, step_counts: Iterable[int], momentum: float, sgd: bool
+) -> float:
+    """ρ for ``penalty: auto``: ``COBO_PENALTY_SHARE`` of the largest stable ρ
+    (``cobo_largest_penalty``, the smallest over the round's possible local step counts),
+    rounded to 4 significant digits (at most ``MAX_WEIGHT``), with SGD; else the authors'
+    code's 0.05 (the bound is SGD's). The paper's code runs 40,000 steps at lr 0.1 with
+    ρ = 0.05 (lr ρ n = 0.04 for 8 clients): a weak pull that so many steps integrate; in
+    10²-round runs a pull that weak leaves every client alone (CoBo = Local), so the pull is
+    set against the stability bound, which scales it with 1 / (lr n)."""
+    if not sgd:
+        return COBO_CODE_PENALTY
+    largest = min(cobo_largest_penalty(lr, clients, k, momentum) for k in step_counts)
+    return min(float(f"{COBO_PENALTY_SHARE * largest:.4g}"), MAX_WEIGHT)
+
+
 class CoboConfig(DecentralizedConfig):
     """CoBo (Alg. 1): pairwise weights from midpoint gradients; penalty pulls collaborators.
 
@@ -68,12 +92,37 @@ class CoboConfig(DecentralizedConfig):
     p decays by ``decay``; it never samples less than the paper's ``mixed``. ``mixed`` alone
     (p = 1/n for 0.2 % of the run, then 1/t) gives a pair about ln(T)/n meetings in a short
     run (0.16 for 40 clients over 300 rounds), so W never moves.
+
+    γ and ρ (the paper reports neither) are set for runs of 10² rounds, where a pair meets a
+    few times (``auto``: 4 in T1), not the hundreds of the authors' 40,000 iterations at
+    γ = 0.01, ρ = 0.05 (their code): γ = 0.5, so that one or two meetings decide a pair
+    (midpoint inner products early are of order 1: −0.6 to −1.5 across groups, +2 to +4 within,
+    for an MLP on Fashion-MNIST), decaying as γ T1/t after the meeting window, so that a late
+    meeting nudges what the early ones decided (``weight_lr_decay``); ρ = 0.4 of the largest
+    stable ρ (``penalty: auto``, ``cobo_auto_penalty``). Measured (issue 53,
+    scenarios/papers/cobo_defaults.yaml, 3 seeds): on 40 clients in 4 groups the code's
+    values leave W near uniform (own-group mass 0.33-0.35) and CoBo 3.5 points below Local;
+    these find the groups (0.96-0.99) and end 1.5 above; on the cross-silo world (8 clients)
+    0.2 and 1.6 above (own-group mass 0.21-0.25 against 0.83-0.93); with 80 clients
+    (cobo_cross_device, one seed) γ = 0.5 decaying ends 3.4 above Local, γ = 0.2 decaying 1.1.
     """
 
     name: Literal["cobo"]
-    penalty: Weight = Field(default=0.05, description="ρ of the paper (code: 0.05)")
+    penalty: Annotated[Weight | Literal["auto"], NO_BOOL] = Field(
+        default="auto",
+        description="ρ of the paper (not reported; code: 0.05); auto: 0.4 of the largest ρ "
+        "whose X-step is stable at W0 = 1 (lr ρ n = 0.8 for one SGD step), resolved at "
+        "validation",
+    )
     weight_lr: Annotated[float, Field(gt=0, le=MAX_WEIGHT), NO_BOOL] = Field(
-        default=0.01, description="γ, step of the weight ascent"
+        default=0.5,
+        description="γ, step of the weight ascent (not reported; code: 0.01 for 40,000 "
+        "iterations); 0.5: one or two meetings decide a pair",
+    )
+    weight_lr_decay: Literal["after_meetings", "none"] = Field(
+        default="after_meetings",
+        description="after_meetings: γ until the meeting window T1 (as pair_sampling auto's), "
+        "then γ decay(T1/t) by `decay`; none: γ throughout (the paper's constant step)",
     )
     pair_sampling: Literal["auto", "constant", "decaying", "mixed", "all"] = Field(
         default="auto",
