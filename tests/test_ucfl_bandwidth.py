@@ -209,13 +209,13 @@ def test_a_bad_candidate_list_is_refused_naming_the_field(tmp_path, candidates, 
         ({"partition": {"kind": "dirichlet", "alpha": 0.4}}, 10),
     ],
 )
-def test_the_default_k_is_the_papers_for_the_kind_of_shift(tmp_path, dataset, expected):
+def test_paper_takes_the_papers_k_for_the_kind_of_shift(tmp_path, dataset, expected):
     """§V-F: N/3 for covariate or concept shift, 100 of 1,000 samples for label shift;
-    resolved at validation, so scenario.yaml records it; auto and a number stay as given."""
-    auto = {"name": "ucfl", "label": "auto", "variance_batches": "auto"}
-    data = tiny_scenario(tmp_path, dataset=dataset, algorithms=[{"name": "ucfl"}, auto])
-    paper, auto = parse_scenario(data).algorithms
-    assert paper.variance_batches == expected and auto.variance_batches == "auto"
+    resolved at validation, so scenario.yaml records it; the default is auto."""
+    paper = {"name": "ucfl", "label": "paper", "variance_batches": "paper"}
+    data = tiny_scenario(tmp_path, dataset=dataset, algorithms=[paper, {"name": "ucfl"}])
+    paper, default = parse_scenario(data).algorithms
+    assert paper.variance_batches == expected and default.variance_batches == "auto"
 
 
 def test_saved_arrays_appear_whole_under_their_name(tmp_path, monkeypatch):
