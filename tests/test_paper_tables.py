@@ -117,3 +117,27 @@ def test_the_satellite_table_reads_accuracy_at_the_hours_and_names_missing_runs(
     (cifar / "fedasync@seed=1").rename(cifar / "fedasync_old")
     with pytest.raises(SystemExit, match="no runs of 'fedasync'"):
         tables.satellite_text(tmp_path)
+
+
+def test_a_study_row_with_paired_differences_names_the_baseline(tmp_path):
+    """The UCFL data-size row: each method's mean over the seeds, then auto − K = 3 per seed
+    (the baseline, a column of another row, named by BASELINE_NAMES)."""
+    tables = load_tables()
+    auto_row = next(
+        s for s in tables.STUDIES["ucfl_data_size"] if s.regime.startswith("400 images, auto")
+    )
+    folder = tmp_path / auto_row.folder
+    for seed, (k3, auto) in enumerate([(0.60, 0.62), (0.70, 0.75), (0.80, 0.80)], 1):
+        for label, value in (
+            ("ucfl_K3", k3),
+            ("ucfl_auto", auto),
+            ("ucfl_k4_K3", k3),
+            ("ucfl_k4_auto", auto),
+            ("ucfl_all_K3", k3),
+            ("ucfl_all_K2", auto),
+        ):
+            write_run(folder, f"{label}@seed={seed}", value)  # fmt: skip
+    text = tables.study_text(auto_row, tmp_path)
+    assert text.startswith("k by silhouette 72.3 ± ")
+    assert "; paired k by silhouette − K = 3 +2.3 ± " in text
+    assert text.endswith("k = m − K = 3 +2.3 ± 6.3 (+2.0, +5.0, +0.0)")

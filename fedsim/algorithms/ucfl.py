@@ -19,8 +19,9 @@ v_i the noise of g_i (its squared error, about 1/n_i), sigma_i^2 = (K - 1) v_i (
 within 5%), two clients of one group sit Δ ≈ 2v apart and of two groups 2v + D, with D the
 squared distance of the groups' expected gradients at theta0. A row then puts exp(-1/(K-1))
 of its own weight on each group-mate and exp(-D/(2(K-1)v)) of a mate's on each client of
-another group: only D/v decides. It grows with n_i: 3.4-7.5 at 400 images per client (own-group
-mass 0.40-0.66 at K = 3, 0.61-0.88 at K = 2), about 4 times that at 1,500 (0.83 and 0.97).
+another group: only D/v decides, and it grows with n_i as v falls: 3.4-7.5 at 400 images per
+client (own-group mass 0.40-0.66 at K = 3, 0.61-0.88 at K = 2), about 4 times that at 1,500
+(0.83-1.00 and 0.97-1.00).
 No K separates more without turning the rows to the client itself (K = 1.5: self weight
 0.66-0.77), whose near one-hot rows k-means can no longer group. A stream's model is eq. (8)
 with its centroid, the mean of its members' rows: streams that are the true groups still take

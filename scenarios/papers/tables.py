@@ -12,8 +12,10 @@ seeds, then the paired per-seed differences the verdict rests on, with their int
 the seeds' values. The other tables are studies around a reproduction, each run by the
 command its rows name (printed instead of the row while its runs are missing):
 ``perfed_ckt_regimes`` (PerFed-CKT's regime study and, by thirds of the clients sorted by
-training-set size, its difference to Local on the scenario) and ``cobo_cross_device_500``
-(the cross-device reproduction with the paper's 500 training images per client).
+training-set size, its difference to Local on the scenario), ``cobo_cross_device_500``
+(the cross-device reproduction with the paper's 500 training images per client),
+``ucfl_data_size`` (UCFL's variance batches K on 400 and 1,500 images per client) and
+``cobo_defaults`` (CoBo's γ and ρ on 40 clients and on the cross-silo world).
 ``satellite_fl`` is the satellite-FL reproduction's table (issue 54): accuracy against
 simulated hours for each server placement, run and data split, each made by the command its
 row names (``satellite_fl.yaml`` with ``--set``) while its folder is missing.
@@ -105,30 +107,61 @@ def row_text(row: Row, results: Path) -> str:
         "{} {:.1f} ± {:.1f}".format(name, *mean_and_half(list(runs[label].values())))
         for label, name in row.methods
     )
-    names = dict(row.methods)
-    paired = []
-    for label, baseline in row.paired:
+    return f"{shown}; paired {paired_text(runs, dict(row.methods), row.paired)}"
+
+
+def paired_text(
+    runs: dict[str, dict[int, float]], names: dict[str, str], paired: tuple[tuple[str, str], ...]
+) -> str:
+    """Each (label, baseline): the mean per-seed difference ± its interval, and the seeds'."""
+    texts = []
+    for label, baseline in paired:
         seeds = sorted(set(runs[label]) & set(runs[baseline]))
         differences = [runs[label][s] - runs[baseline][s] for s in seeds]
         mean, half = mean_and_half(differences)
-        paired.append(
+        texts.append(
             f"{names[label]} − {names[baseline]} {signed(mean)} ± {half:.1f} "
             f"({', '.join(signed(d) for d in differences)})"
         )
-    return f"{shown}; paired {'; '.join(paired)}"
+    return "; ".join(texts)
 
 
 @dataclass(frozen=True)
 class Study:
     """A row of a study table: its regime, its results folder, the methods shown (label ->
-    column) and the command that makes the folder (one seed unless it says otherwise)."""
+    column), the command that makes the folder (one seed unless it says otherwise) and the
+    paired per-seed differences shown after them, if any."""
 
     regime: str
     folder: str
     methods: tuple[tuple[str, str], ...]
     command: str
+    paired: tuple[tuple[str, str], ...] = ()
 
 
+UCFL_SMALL = "fedsim run scenarios/papers/ucfl_data_size.yaml (3 seeds)"
+UCFL_LARGE = (
+    "fedsim run scenarios/papers/ucfl_data_size.yaml --set name=ucfl_data_size_1500 "
+    "--set dataset.num_samples=37500 --set run.rounds=20 --only ucfl_K3 ucfl_all_K3 "
+    "ucfl_all_K2 ucfl_auto oracle local (3 seeds)"
+)
+UCFL_K3 = (("ucfl_K3", "k by silhouette"), ("ucfl_k4_K3", "k = 4"), ("ucfl_all_K3", "k = m"))
+UCFL_AUTO = (("ucfl_auto", "k by silhouette"), ("ucfl_k4_auto", "k = 4"), ("ucfl_all_K2", "k = m"))
+UCFL_K15 = (("ucfl_K15", "k by silhouette"), ("ucfl_k4_K15", "k = 4"), ("ucfl_all_K15", "k = m"))
+BASELINE_NAMES = {  # a paired difference's baseline that its row does not show
+    "local": "Local", "ucfl_K3": "K = 3", "ucfl_k4_K3": "K = 3", "ucfl_all_K3": "K = 3",
+}  # fmt: skip
+COBO_FILE = "fedsim run scenarios/papers/cobo_defaults.yaml"
+COBO_CROSS_SILO = (
+    "--set name=cobo_defaults_cross_silo --set clients.count=8 "
+    "--set dataset.num_samples=2400 --set dataset.test_fraction=0.667 --set run.rounds=150"
+)
+COBO_METHODS = (
+    ("cobo_code", "γ 0.01, ρ 0.05 (the code's)"), ("cobo_g01", "γ 0.1"), ("cobo_g02", "γ 0.2"),
+    ("cobo_g05", "γ 0.5"), ("cobo_g02_decay", "γ 0.2 decaying"),
+    ("cobo_g05_decay", "γ 0.5 decaying (the defaults)"), ("oracle", "Oracle"), ("local", "Local"),
+)  # fmt: skip
+COBO_PAIRED = tuple((label, "local") for label, _ in COBO_METHODS[:6])
 PERFED_FILE = "fedsim run scenarios/papers/perfed_ckt_table2.yaml --workers 2"
 PERFED_METHODS = (("perfed_ckt", "c = 2"), ("perfed_ckt_c1", "c = 1"), ("local", "Local"))
 STUDIES = {
@@ -155,6 +188,31 @@ STUDIES = {
               "fedsim run scenarios/papers/cobo_cross_device.yaml --workers 2 "
               "--set name=cobo_cross_device_500 --set dataset.num_samples=56000 "
               "--set dataset.test_fraction=0.2857"),
+    ),
+    "ucfl_data_size": (
+        Study("400 images, K = 3 (the paper's)", "ucfl_data_size", UCFL_K3, UCFL_SMALL,
+              (("ucfl_K3", "local"), ("ucfl_all_K3", "local"))),
+        Study("400 images, auto (it picks K = 2 on every seed; k = m at K = 2)",
+              "ucfl_data_size", UCFL_AUTO, UCFL_SMALL,
+              (("ucfl_auto", "ucfl_K3"), ("ucfl_k4_auto", "ucfl_k4_K3"),
+               ("ucfl_all_K2", "ucfl_all_K3"))),
+        Study("400 images, K = 1.5", "ucfl_data_size", UCFL_K15, UCFL_SMALL),
+        Study("400 images, baselines", "ucfl_data_size",
+              (("oracle", "Oracle"), ("local", "Local"), ("fedavg", "FedAvg")), UCFL_SMALL),
+        Study("1,500 images, K = 3 (the paper's)", "ucfl_data_size_1500",
+              (UCFL_K3[0], UCFL_K3[2]), UCFL_LARGE,
+              (("ucfl_K3", "local"), ("ucfl_all_K3", "local"))),
+        Study("1,500 images, auto (K = 2 on two seeds, 3 on one; k = m at K = 2)",
+              "ucfl_data_size_1500",
+              (UCFL_AUTO[0], UCFL_AUTO[2]), UCFL_LARGE,
+              (("ucfl_auto", "ucfl_K3"), ("ucfl_all_K2", "ucfl_all_K3"))),
+        Study("1,500 images, baselines", "ucfl_data_size_1500",
+              (("oracle", "Oracle"), ("local", "Local")), UCFL_LARGE),
+    ),
+    "cobo_defaults": (
+        Study("40 clients", "cobo_defaults", COBO_METHODS, COBO_FILE, COBO_PAIRED),
+        Study("cross-silo", "cobo_defaults_cross_silo", COBO_METHODS,
+              f"{COBO_FILE} {COBO_CROSS_SILO}", COBO_PAIRED),
     ),
 }  # fmt: skip
 
@@ -280,15 +338,20 @@ def study_text(study: Study, results: Path) -> str:
     folder = results / study.folder
     if not folder.is_dir():
         return f"not run: {study.command}"
+    labels = {label for pair in study.paired for label in pair} | dict(study.methods).keys()
+    runs = {label: final_accuracies(folder, label, "") for label in labels}
     shown = []
     for label, name in study.methods:
-        values = list(final_accuracies(folder, label, "").values())
+        values = list(runs[label].values())
         shown.append(
             f"{name} {values[0]:.1f}"
             if len(values) == 1
             else "{} {:.1f} ± {:.1f}".format(name, *mean_and_half(values))
         )
-    return ", ".join(shown)
+    if not study.paired:
+        return ", ".join(shown)
+    names = {label: BASELINE_NAMES.get(label, label) for label in labels} | dict(study.methods)
+    return f"{', '.join(shown)}; paired {paired_text(runs, names, study.paired)}"
 
 
 def thirds_text(results: Path) -> str:
