@@ -63,7 +63,9 @@ Choices where the paper is silent (spec §7–8), all parameters (γ, ρ and the
 - Elasticity: a newcomer starts from x⁰ with w = ``join_weight`` to and from everyone. The
   default 0 keeps it from pulling every client towards its untrained model (with 1, as W⁰,
   each of the n others is dragged by ηρ(x_new − x_k) at once); pair sampling raises its
-  weights where the gradients agree. A client that leaves drops out of every sum; the others'
+  weights where the gradients agree, by the round's γ_t (after the meeting window a late
+  newcomer's links move more slowly: ``weight_lr_decay: none`` keeps γ for runs where
+  clients arrive late). A client that leaves drops out of every sum; the others'
   weights are not renormalized (box domain).
 
 Late erosion of W (issue 53, measured with full midpoint gradients): once the groups are found,
