@@ -21,6 +21,7 @@ from fedsim.sim import ntn, orbits
 from fedsim.sim.events import EventLog
 from fedsim.sim.link import HarqSettings
 from fedsim.sim.link.adaptation import Harq
+from fedsim.sim.link.views import FlatSnr
 from fedsim.sim.passes import PassLink, SatelliteLinks, SatelliteNetwork
 from fedsim.sim.scheduler import prb_hz
 from fedsim.streams import RandomStreams
@@ -45,8 +46,18 @@ def rate_function(config: ConstellationConfig, bandwidth_hz: float) -> Callable:
     harq = Harq(settings, "uplink")
     per_prb_db = 10.0 * math.log10(bandwidth_hz / prb_hz(spacing_khz))
     return lambda snr_db: np.array(
-        [harq.expected_rate_bps(bandwidth_hz, float(s) + per_prb_db) for s in np.atleast_1d(snr_db)]
+        [
+            harq.best_use(_whole_band(float(s) + per_prb_db), bandwidth_hz)[1]
+            for s in np.atleast_1d(snr_db)
+        ]
     )
+
+
+def _whole_band(per_prb_snr_db: float) -> FlatSnr:
+    """A satellite link's channel as the link layer sees it: flat, its SNR known, sending on
+    the whole band at a fixed power per PRB (an NTN link budget fixes the EIRP density, as a
+    base station's energy per resource element), not on the fewer PRBs a phone would fill."""
+    return FlatSnr(per_prb_snr_db, per_prb_snr_db, fills=True)
 
 
 class ServerLink:
