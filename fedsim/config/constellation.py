@@ -262,6 +262,15 @@ class ConstellationConfig(_Strict):
     isl: IslConfig | None = Field(
         default=None, description="inter-satellite links, the D2D graph; null: none"
     )
+    relay: Literal["none", "plane"] = Field(
+        default="none",
+        description=(
+            "a message between a satellite and the server: none, over the satellite's own "
+            "pass; plane, hop by hop over its plane's ring ISLs (either way round, store and "
+            "forward) to whichever plane-mate's pass delivers it first (FedISL's intra-plane "
+            "relaying; needs walker and isl)"
+        ),
+    )
 
     @field_validator("tle")
     @classmethod
@@ -280,6 +289,9 @@ class ConstellationConfig(_Strict):
             raise ValueError("earth_rotation: TLEs are propagated on the real, turning Earth")
         if len({s.name for s in self.servers}) != len(self.servers):
             raise ValueError("servers: each node needs its own name")
+        if self.relay == "plane" and (self.walker is None or self.isl is None):
+            missing = "walker (its planes)" if self.walker is None else "isl (the ring's links)"
+            raise ValueError(f"relay: plane relays over a plane's ring: it needs {missing}")
         return self
 
     @property

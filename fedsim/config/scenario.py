@@ -224,6 +224,11 @@ class Scenario(_Strict):
                 f"clients.count: {clients.count} clients (with the reserve) for "
                 f"{constellation.count} satellites: each satellite is a client"
             )
+        if constellation.relay == "plane" and (clients.can_drop_out or clients.arrivals.reserve):
+            raise ValueError(
+                "system.constellation.relay: plane relays through every satellite of a plane, "
+                "always there: no clients.availability, departures or arrivals"
+            )
         budget_s = self.run.time_budget_s
         horizon_s = SATELLITE_CHECK_S if budget_s is None else min(budget_s, SATELLITE_CHECK_S)
         problems = constellation.check_visibility(horizon_s, clients.count, budget_s is None)

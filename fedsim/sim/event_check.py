@@ -64,6 +64,7 @@ class _Transfer:
     sender: int | None
     receivers: frozenset[int]
     sender_offline_line: int | None = None
+    owner: int | None = None  # whose update an uplink carries: a relay's satellite, or the sender
 
 
 class _Checker:
@@ -246,8 +247,9 @@ class _Checker:
             self._flag(f"transfer {transfer}: {direction} must go {_SHAPE_WORDS[direction]}")
         if sender is not None:
             self._require_online(sender, f"sends transfer {transfer}")
+        owner = _int(record, "relayed_for") if "relayed_for" in record else sender
         self._open[transfer] = _Transfer(
-            self._line, direction, num_bytes, sender, frozenset(receivers)
+            self._line, direction, num_bytes, sender, frozenset(receivers), owner=owner
         )
 
     def _take(self, transfer: int) -> _Transfer | None:
@@ -289,8 +291,8 @@ class _Checker:
         self._sent += transfer.num_bytes
         if receivers or not transfer.receivers:  # the base station never leaves
             self._delivered += transfer.num_bytes
-            if transfer.direction == "uplink" and transfer.sender is not None:
-                self._uplink_from[transfer.sender] += transfer.num_bytes
+            if transfer.direction == "uplink" and transfer.owner is not None:
+                self._uplink_from[transfer.owner] += transfer.num_bytes
         else:
             self._wasted += transfer.num_bytes
 

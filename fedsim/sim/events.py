@@ -20,7 +20,9 @@ train_end       client
 train_abort     client, reason
 send_start      transfer, direction (uplink | downlink | d2d | backhaul_up | backhaul_down),
                 bytes, sender, receivers, round, site (a backhaul transfer's site: it goes
-                between the site and the cloud, so it has neither sender nor receivers)
+                between the site and the cloud, so it has neither sender nor receivers),
+                relayed_for (a leg of a satellite's message relayed by its plane-mates: that
+                satellite, the update's owner on the uplink, the addressee on the downlink)
 send_end        transfer, receivers (those who got it: a broadcast may reach only part of its
                 group), bytes, retransmitted (bytes of transport blocks sent again, if any)
 send_abort      transfer, bytes_sent, reason, retransmitted
@@ -116,9 +118,11 @@ class EventLog:
         round_index: int | None = None,
         *,
         site: int | None = None,
+        relayed_for: int | None = None,
     ) -> int:
         """Log the first bit going out; returns the transfer's id (0, 1, 2, ...). ``site``:
-        a backhaul transfer's base-station site."""
+        a backhaul transfer's base-station site; ``relayed_for``: the satellite whose message
+        a relay leg carries."""
         transfer = self._next_transfer
         self.emit(
             "send_start",
@@ -129,6 +133,7 @@ class EventLog:
             receivers=list(receivers),
             round=round_index,
             site=site,
+            relayed_for=relayed_for,
         )
         return transfer
 

@@ -281,17 +281,19 @@ class Network:
         num_bytes: int,
         rate: float | Callable[[Sequence[int]], RadioLink],
         latency_s: float,
+        relayed_for: int | None = None,
     ) -> Generator[simpy.Event, None, tuple[list[int], float]]:
         """Process body of one transfer; returns the receivers online when it ended and its
         air time (from getting the medium to the last bit: set-up included, queue not).
 
         ``rate``: bit/s, or with the radio the channel of each attempt to the receivers that
         still miss it; an attempt lost to outage is sent again (see the module docstring).
+        ``relayed_for``: the client whose message this leg of a relayed route carries.
         """
         pending, reached, air_s = list(receivers), [], 0.0
         for attempt in itertools.count():
             transfer = self.log.transfer_start(
-                direction, num_bytes, sender, pending, self.round_index
+                direction, num_bytes, sender, pending, self.round_index, relayed_for=relayed_for
             )
             channel = rate(pending) if callable(rate) else rate
             flow = medium.start(num_bytes, channel, setup_s=latency_s)

@@ -120,6 +120,15 @@ class PassLink:
             bits -= available
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def delay_s(self, time_s: float) -> float:
+        """d/c to the far end at ``time_s``."""
+        return float(self.ranges(np.array([time_s]))[0]) / 299_792_458.0
+
+    def arrival_s(self, start_s: float, bits: float) -> float:
+        """When the last of ``bits`` sent from ``start_s`` reaches the far end."""
+        last_bit_s, _ = self.finish(start_s, bits)
+        return last_bit_s + self.delay_s(last_bit_s)
+
     def carried_between(self, start_s: float, end_s: float) -> float:
         """Bits the link can carry from ``start_s`` to ``end_s`` (noted per window)."""
         total = 0.0
@@ -183,9 +192,8 @@ class PassMedium(Medium):
         last_bit_s, first_bit_s = link.finish(flow.begin_s, 8.0 * num_bytes)
         flow.last_bit_s = last_bit_s
         flow.served_s = first_bit_s if first_bit_s is not None else flow.begin_s
-        delay_s = float(link.ranges(np.array([last_bit_s]))[0]) / 299_792_458.0
         self._flows.add(flow)
-        end_s = last_bit_s + delay_s
+        end_s = last_bit_s + link.delay_s(last_bit_s)
         self._wake_at(end_s - self.env.now, lambda _event: self._complete(flow))
         return flow
 

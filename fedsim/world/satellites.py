@@ -23,6 +23,7 @@ from fedsim.sim.link import HarqSettings
 from fedsim.sim.link.adaptation import Harq
 from fedsim.sim.link.views import FlatSnr
 from fedsim.sim.passes import PassLink, SatelliteLinks, SatelliteNetwork
+from fedsim.sim.relay import PlaneRelayNetwork
 from fedsim.sim.scheduler import prb_hz
 from fedsim.streams import RandomStreams
 
@@ -187,7 +188,11 @@ def build_satellite_network(
 
     network = SatelliteNetwork(
         env, links, log=log, is_online=is_online, graph=graph, visible_peers=visible_peers
-    )
+    ) if config.relay == "none" else PlaneRelayNetwork(
+        env, links, log=log, is_online=is_online, graph=graph, visible_peers=visible_peers,
+        planes=[[s for s, p in enumerate(plane_of) if p == plane] for plane in sorted(
+            set(plane_of))],
+    )  # fmt: skip
     network.contacts = contacts
     return network
 
@@ -288,7 +293,7 @@ def write_satellite_files(network: SatelliteNetwork, run_dir: Path | None, end_s
             for row in rows:
                 writer.writerow([_plain(row[c]) for c in SATELLITES_COLUMNS])
     used = [r for r in rows if r["passes_used"]]
-    return {"constellation": {
+    block = {"constellation": {
         "satellites": count,
         "hours": end_s / 3600.0,
         "passes_per_satellite_per_day": float(np.mean([r["passes_per_day"] for r in rows])),
@@ -299,6 +304,11 @@ def write_satellite_files(network: SatelliteNetwork, run_dir: Path | None, end_s
         "waiting_for_visibility_s": float(sum(r["waiting_s"] for r in rows)),
         "transfers": sum(link.transfers for link in (*links.uplinks, *links.downlinks)),
     }}  # fmt: skip
+    if isinstance(network, PlaneRelayNetwork):  # messages to and from the server
+        block["constellation"]["relay"] = {
+            "messages": network.messages, "relayed": network.relayed, "hops": network.hops
+        }  # fmt: skip
+    return block
 
 
 def _plain(value: float | int) -> str | int:
@@ -324,6 +334,13 @@ def constellation_lines(runs: list[tuple[str, dict | None]], name_width: int) ->
                   c["bytes_per_pass_used"] / 1e6, c["waiting_for_visibility_s"] / 3600,
                   per_transfer_h)  # fmt: skip
         lines.append(f"{label:>{name_width}} " + " ".join(f"{v:>15.3f}" for v in values))
+    for label, c in rows:
+        relay = c.get("relay")
+        if relay is not None:
+            lines.append(
+                f"{label:>{name_width}} relay: plane, {relay['relayed']:,} of "
+                f"{relay['messages']:,} server messages relayed, {relay['hops']:,} ISL hops"
+            )
     lines.append(
         "constellation: passes of a satellite to any server node; wait: transfers' time out of "
         "sight (store and forward to the next pass), summed over all the satellites' transfers, "
