@@ -141,3 +141,25 @@ def test_a_study_row_with_paired_differences_names_the_baseline(tmp_path):
     assert text.startswith("k by silhouette 72.3 ± ")
     assert "; paired k by silhouette − K = 3 +2.3 ± " in text
     assert text.endswith("k = m − K = 3 +2.3 ± 6.3 (+2.0, +5.0, +0.0)")
+
+
+def test_the_relay_and_several_haps_rows_commands_are_valid_scenarios():
+    """The satellite table's relayed and three-HAP rows: their commands' --set values make
+    valid scenarios of satellite_fl.yaml (FedAvg relayed over the ring; three HAPs as one
+    server, each seeing satellites in the first day)."""
+    import shlex
+
+    from fedsim.config.loading import load_scenario
+
+    tables = load_tables()
+    runs = {r.folder: r for r in tables.SATELLITE_RUNS}
+    for folder in ("satellite_fl_relay", "satellite_fl_haps"):
+        words = shlex.split(runs[folder].command)
+        overrides = [words[k + 1] for k, word in enumerate(words) if word == "--set"]
+        scenario = load_scenario(SCRIPT.parent / "satellite_fl.yaml", overrides)
+        constellation = scenario.system.constellation
+        assert scenario.name == folder and words[words.index("--only") + 1] == "fedavg"
+        if folder == "satellite_fl_relay":
+            assert constellation.relay == "plane" and constellation.isl.neighbours == "ring"
+        else:
+            assert [s.kind for s in constellation.servers] == ["hap"] * 3

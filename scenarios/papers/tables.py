@@ -247,6 +247,17 @@ ON_A_MEO = (
     "--only fedavg --set 'system.constellation.servers=[{kind: meo, name: meo, "
     "altitude_km: 20000}]'"
 )
+RELAYED = (
+    "--only fedavg --set 'system.constellation.isl={neighbours: ring}' "
+    "--set system.constellation.relay=plane"
+)
+SLOW = "--set system.compute.t_min_s=600"  # a training outlasts a pass (6.6 min)
+THREE_HAPS = (  # FedHAP's placements are not offline here: 3 spread 120° in longitude
+    "--only fedavg --set 'system.constellation.servers=["
+    "{kind: hap, name: bremen, lat_deg: 53.1, lon_deg: 8.8, min_elevation_deg: 0}, "
+    "{kind: hap, name: amur, lat_deg: 53.1, lon_deg: 128.8, min_elevation_deg: 0}, "
+    "{kind: hap, name: alberta, lat_deg: 53.1, lon_deg: -111.2, min_elevation_deg: 0}]'"
+)
 OVER_ISLS = (
     "--set 'algorithms=[{name: dsgd, deadline_s: 600}]' "
     "--set 'system.constellation.isl={neighbours: grid}' --set run.time_budget_s=21600"
@@ -259,10 +270,18 @@ CIFAR10 = (
 SATELLITE_RUNS = (
     SatelliteRuns(STATION, "MNIST Dir(0.5)", "satellite_fl", SERVERS),
     SatelliteRuns(STATION, "MNIST IID", "satellite_fl_iid", SERVERS, IID),
+    SatelliteRuns("the station, relayed by plane-mates (ring ISLs)", "MNIST Dir(0.5)",
+                  "satellite_fl_relay", FEDAVG, RELAYED),
+    SatelliteRuns("the station, 10 min a training", "MNIST Dir(0.5)", "satellite_fl_slow",
+                  FEDAVG, f"--only fedavg {SLOW}"),
+    SatelliteRuns("the station, 10 min a training, relayed", "MNIST Dir(0.5)",
+                  "satellite_fl_slow_relay", FEDAVG, f"{RELAYED} {SLOW}"),
     SatelliteRuns("a HAP over Bremen (20 km, 0°)", "MNIST Dir(0.5)", "satellite_fl_hap", FEDAVG,
                   ON_A_HAP),
     SatelliteRuns("a HAP over Bremen (20 km, 0°)", "MNIST IID", "satellite_fl_hap_iid", FEDAVG,
                   f"{ON_A_HAP} {IID}"),
+    SatelliteRuns("3 HAPs 120° apart at 53.1° N (20 km, 0°)", "MNIST Dir(0.5)",
+                  "satellite_fl_haps", FEDAVG, THREE_HAPS),
     SatelliteRuns(MEO, "MNIST Dir(0.5)", "satellite_fl_meo", FEDAVG, ON_A_MEO),
     SatelliteRuns(MEO, "MNIST IID", "satellite_fl_meo_iid", FEDAVG, f"{ON_A_MEO} {IID}"),
     SatelliteRuns("none: the ISLs in sight (6 h)", "MNIST Dir(0.5)", "satellite_fl_isl",
