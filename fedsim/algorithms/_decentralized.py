@@ -15,7 +15,7 @@ left to happen the World stops the run, naming ``deadline_s`` (``World.run``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Collection, Generator, Mapping
 
 import numpy as np
 import simpy
@@ -72,6 +72,62 @@ class RoundMessages:
         waste)."""
         yield from self.world.cancel_unfinished(self._tasks)
         self._tasks.clear()
+
+
+class AllPeers:
+    """Whom a client may pick and message: every present client, the papers' fully connected
+    potential peers (``peers: all``). What no D2D link carries goes through the base station,
+    or, in a constellation, up to a ground station at one pass and down at another."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def support(self, client: int) -> list[int]:
+        """The client's potential peers, itself included: whom its weights span."""
+        return self.world.client_ids
+
+    def link_mask(self) -> np.ndarray:
+        """1 where two clients (all, present or not) may ever collaborate, else 0."""
+        return np.ones((len(self.world.clients),) * 2)
+
+    def candidates(self, client: int) -> Collection[int]:
+        """The clients ``client`` may pick now (itself among them: callers skip it)."""
+        return set(self.world.client_ids)
+
+    def reaches(self, sender: int, receiver: int) -> bool:
+        """Whether a message from ``sender`` may go to ``receiver`` now."""
+        return True
+
+
+class D2DPeers(AllPeers):
+    """``peers: d2d``: only the client's present D2D neighbours at the moment
+    (``World.peers_of``: ``system.d2d``'s graph, or the ISLs in sight in a constellation), so
+    the topology varies with time; a message to a peer out of reach when it would start is
+    not sent (as if lost: its receiver notices by a timeout), so nothing takes the ground.
+    The potential peers (whom weights span, who may ever collaborate) are the graph's
+    neighbours, their link up now or not."""
+
+    def support(self, client: int) -> list[int]:
+        """The client and its present graph neighbours, in reach now or not."""
+        linked = self.world.linked_peers_of(client)
+        return sorted({client, *(j for j in linked if j in self.world.present)})
+
+    def link_mask(self) -> np.ndarray:
+        mask = np.eye(len(self.world.clients))
+        for client in range(len(mask)):
+            mask[client, self.world.linked_peers_of(client)] = 1.0
+        return mask
+
+    def candidates(self, client: int) -> Collection[int]:
+        return set(self.world.peers_of(client))
+
+    def reaches(self, sender: int, receiver: int) -> bool:
+        return receiver in self.world.peers_of(sender)
+
+
+def peer_policy(world: World, peers: str) -> AllPeers:
+    """The configured ``peers`` choice, chosen once per run."""
+    return D2DPeers(world) if peers == "d2d" else AllPeers(world)
 
 
 def wait_for(

@@ -60,6 +60,17 @@ Choices where the paper is silent (spec §7–8), all parameters (γ, ρ and the
   the round's deadline) is skipped (its weight unchanged, as if not sampled); a collaborator
   whose model has not come within ``phase_timeout_s`` after the W-step is left out of this
   round's penalty.
+- Peers (``peers``): the paper samples pairs among all clients and pulls towards every
+  client with w_ik > 0 (``all``, the default; where no D2D link joins two clients their
+  messages are relayed, in a constellation through the ground). ``d2d`` (fedsim's, a
+  deviation: the graph at a time is who sees whom) keeps everything on the D2D links of the
+  moment (``World.peers_of``: ``system.d2d``'s graph, or the ISLs in sight): W⁰ = 1 only
+  between graph neighbours (0 elsewhere, for good: they never meet), each pair of
+  neighbours in reach at the round's start is sampled with p_t (so a client meets about
+  p_t·degree partners a round, not p_t·n), and the X-step pulls towards the collaborators
+  with w_ik > 0 it reaches as it takes the step; a message whose link closed since (a
+  reply, a weight) is not sent and counts as lost. The stability bound at W⁰ holds (a
+  subgraph's Laplacian is below the complete graph's).
 - Elasticity: a newcomer starts from x⁰ with w = ``join_weight`` to and from everyone. The
   default 0 keeps it from pulling every client towards its untrained model (with 1, as W⁰,
   each of the n others is dragged by ηρ(x_new − x_k) at once); pair sampling raises its
@@ -105,8 +116,10 @@ import simpy
 import torch
 
 from fedsim.algorithms._decentralized import (
+    AllPeers,
     RoundMessages,
     WeightHistory,
+    peer_policy,
     run_round,
     wait_for,
 )
@@ -178,8 +191,9 @@ def run(
     world: World, config: CoboConfig, state: CoboState | None = None
 ) -> Generator[simpy.Event, object, None]:
     state = CoboState() if state is None else state
-    total = len(world.clients)
-    state.weights = np.ones((total, total))
+    reach = peer_policy(world, config.peers)
+    links = reach.link_mask()  # 1 where two clients may ever collaborate
+    state.weights = links.copy()  # W⁰ = 1 between potential peers
     initial = world.initial_params()
     history = WeightHistory(world)
     pair_rng = world.streams.generator("cobo_pairs")
@@ -187,7 +201,8 @@ def run(
 
     def join(client: int) -> None:
         state.models[client] = initial
-        state.weights[client, :] = state.weights[:, client] = config.join_weight
+        state.weights[client, :] = config.join_weight * links[client]
+        state.weights[:, client] = config.join_weight * links[:, client]
 
     def leave(client: int) -> None:
         state.models.pop(client, None)
@@ -198,14 +213,19 @@ def run(
     for round_index in world.rounds():
         clients = yield from world.online_clients()
         p = pair_probability(config, round_index, len(world.present), rounds)
+        near = {i: reach.candidates(i) for i in clients}
         pairs = [
-            (i, j) for a, i in enumerate(clients) for j in clients[a + 1 :] if pair_rng.random() < p
+            (i, j)
+            for a, i in enumerate(clients)
+            for j in clients[a + 1 :]
+            if pair_rng.random() < p and j in near[i]
         ]
         state.pairs.append(pairs)
         messages = RoundMessages(world)
         models_now = dict(state.models)  # x^t: the W-step and the penalty use these
         bodies = {
-            i: client_round(world, config, state, i, pairs, models_now, messages) for i in clients
+            i: client_round(world, config, state, i, pairs, models_now, messages, reach)
+            for i in clients
         }
         finished = yield from run_round(world, config, bodies)
         yield from messages.close()
@@ -221,8 +241,10 @@ def client_round(
     pairs: list[tuple[int, int]],
     models: dict[int, torch.Tensor],
     messages: RoundMessages,
+    reach: AllPeers,
 ) -> Generator[simpy.Event, object, int]:
-    """Client i's round: its pairs' weight updates, then the penalized model step."""
+    """Client i's round: its pairs' weight updates, then the penalized model step (every
+    message to a peer it reaches as the message starts)."""
     timeout_s = config.phase_timeout_s
     if timeout_s is None and config.deadline_s is not None:
         timeout_s = config.deadline_s / 3
@@ -235,7 +257,9 @@ def client_round(
     # As the follower: answer each probe with x_i and ∇f_i(midpoint), then await the weight.
     answers = {
         i: world.start_task(
-            client, answer_probe(world, config, state, client, i, x_i, messages), timed=False
+            client,
+            answer_probe(world, config, state, client, i, x_i, messages, reach),
+            timed=False,
         ).delivered
         for i in follows
     }
@@ -254,11 +278,16 @@ def client_round(
                 np.clip(state.weights[client, j] + step * float(g_i @ g_j), 0, 1)
             )
         weight = torch.tensor([state.weights[client, j]], dtype=torch.float32)
-        messages.send("weight", client, j, weight)
+        if reach.reaches(client, j):
+            messages.send("weight", client, j, weight)
     held |= yield from wait_for(world, answers, timeout_s)
     # X-step: exchange models with every other collaborator, then the penalized step.
     present = world.client_ids
-    collaborators = [k for k in present if k != client and state.weights[client, k] > 0]
+    collaborators = [
+        k
+        for k in present
+        if k != client and state.weights[client, k] > 0 and reach.reaches(client, k)
+    ]
     for k in collaborators:
         if k not in held and k in models:
             messages.send("model", client, k, x_i, own_model=True)
@@ -291,9 +320,11 @@ def answer_probe(
     leader: int,
     x_i: torch.Tensor,
     messages: RoundMessages,
+    reach: AllPeers,
 ) -> Generator[simpy.Event, object, torch.Tensor]:
     """The follower's part of a pair: x_i and ∇f_i(midpoint) to the leader, then adopt the
-    weight the leader computed (so both views agree); returns the leader's model."""
+    weight the leader computed (so both views agree); returns the leader's model. A leader
+    out of reach by then gets no reply (its pair is skipped, as on a timeout)."""
     x_leader = yield messages.expect("probe", leader, client)
     yield from world.work(client, steps=1, samples=weight_batch_size(world, config, client))
     midpoint = (x_leader + x_i) / 2
@@ -302,6 +333,8 @@ def answer_probe(
         if world.timing_only
         else midpoint_gradient(world, config, client, midpoint, leader)
     )
+    if not reach.reaches(client, leader):
+        return x_leader
     messages.send("reply", client, leader, x_i, gradient, own_model=True)
     state.weights[client, leader] = float((yield messages.expect("weight", leader, client)))
     return x_leader

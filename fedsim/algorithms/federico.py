@@ -44,6 +44,16 @@ Choices where the paper is silent (spec §8), all parameters:
   simply do not answer. A newcomer gets ℓ = L̂ = 0 in every row (optimistic, so it is sampled
   soon) and starts from its own random model, as everyone did (Alg. 1, line 1); a client
   that leaves drops out of every softmax and every cache.
+- Peers (``peers``): the paper's topology is fully connected *potential* peers (``all``, the
+  default; spec §7.1). ``d2d`` (fedsim's, a deviation) draws B_i ε-greedily among the client's
+  present D2D neighbours at the round's start (``World.peers_of``: ``system.d2d``'s graph, or
+  the ISLs in sight in a constellation, so the graph changes with time): fewer than M: all
+  of them; none: a local round (ℓ_ii, g_ii, no message). A peer answers, and a sampler sends
+  a gradient, only over a link in reach as the message starts; one that closed meanwhile
+  is treated as an unavailable neighbour (stale loss, no gradient), nothing is relayed. w_i
+  spans i and its present graph neighbours, in reach or not (the potential peers: 2 on a
+  ring, up to 4 over grid ISLs), 0 on the others: a neighbour not yet in sight keeps the
+  optimistic L̂ = 0 and its weight until it is first sampled, as unexplored peers do.
 - Cached peer models whose weight falls below ``ensemble_min_weight`` are forgotten, so
   memory stays bounded (the paper: dissimilar clients' weights go to ≈ 0).
 
@@ -62,7 +72,7 @@ uses the model alone; ``reliance`` shows the groups as they are.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Collection, Generator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,8 +80,10 @@ import simpy
 import torch
 
 from fedsim.algorithms._decentralized import (
+    AllPeers,
     RoundMessages,
     WeightHistory,
+    peer_policy,
     run_round,
     wait_for,
 )
@@ -101,10 +113,16 @@ class FedericoState:
         w = np.exp(exponent - exponent.max())
         return dict(zip(present, (w / w.sum()).tolist(), strict=True))
 
-    def weight_matrix(self, present: list[int]) -> np.ndarray:
+    def weight_matrix(
+        self, present: list[int], support: Callable[[int], list[int]] | None = None
+    ) -> np.ndarray:
+        """Rows of the present clients: w_i over its ``support`` (default: every present
+        client), 0 on the other present clients, NaN on absent ones."""
         matrix = np.full(self.ema_loss.shape, np.nan)
         for i in present:
-            matrix[i, present] = list(self.weights(i, present).values())
+            spans = present if support is None else support(i)
+            matrix[i, present] = 0.0
+            matrix[i, spans] = list(self.weights(i, spans).values())
         return matrix
 
 
@@ -132,6 +150,7 @@ def run(
     state.last_loss, state.ema_loss = np.zeros((total, total)), np.zeros((total, total))
     history = WeightHistory(world, reliance=training_reliance)
     sampling_rng = world.streams.generator("federico_neighbours")
+    reach = peer_policy(world, config.peers)
 
     def join(client: int) -> None:
         state.models[client] = own_initial_model(world, client)
@@ -163,10 +182,14 @@ def run(
     world.set_models(LazyModels(world, predictor))
     for round_index in world.rounds():
         clients = yield from world.online_clients()
-        present = world.client_ids
         chosen = {
             i: choose_neighbours(
-                sampling_rng, state.weights(i, present), i, config.neighbours, config.epsilon
+                sampling_rng,
+                state.weights(i, reach.support(i)),
+                i,
+                config.neighbours,
+                config.epsilon,
+                reach.candidates(i),
             )
             for i in clients
         }
@@ -175,7 +198,9 @@ def run(
         own_gradient: dict[int, torch.Tensor] = {}  # g_ii
         models_now = dict(state.models)  # φ^(t−1): what every owner sends this round
         bodies = {
-            i: sampler_round(world, config, state, i, chosen[i], models_now, messages, own_gradient)
+            i: sampler_round(
+                world, config, state, i, chosen[i], models_now, messages, own_gradient, reach
+            )
             for i in clients
         }
         finished = yield from run_round(world, config, bodies)
@@ -188,7 +213,7 @@ def run(
                 state.optimizers[owner].step(params, torch.stack(gradients).sum(dim=0))
                 state.models[owner] = params
         present = world.client_ids
-        history.record(round_index, state.weight_matrix(present))
+        history.record(round_index, state.weight_matrix(present, reach.support))
         world.end_round(round_index, LazyModels(world, predictor), participants=len(finished))
 
 
@@ -208,10 +233,14 @@ def sampler_round(
     models: dict[int, torch.Tensor],
     messages: RoundMessages,
     own_gradient: dict[int, torch.Tensor],
+    reach: AllPeers,
 ) -> Generator[simpy.Event, object, int]:
-    """Client i's part of a round: ask for models, E-step, M-step, send the gradients back."""
+    """Client i's part of a round: ask for models, E-step, M-step, send the gradients back
+    (to the owners it still reaches)."""
     request = torch.zeros(1)
-    replies = {b: ask_for_model(world, messages, client, b, models, request) for b in neighbours}
+    replies = {
+        b: ask_for_model(world, messages, client, b, models, request, reach) for b in neighbours
+    }
     timeout_s = config.model_timeout_s
     if timeout_s is None and config.deadline_s is not None:
         timeout_s = config.deadline_s / 2
@@ -227,15 +256,16 @@ def sampler_round(
         samples=round(passes * (min(batch, shard.num_train) + loss_samples * FORWARD_SHARE)),
     )
     state.cache[client] |= arrived
-    gradients = e_and_m_steps(world, config, state, client, evaluated)
+    support = reach.support(client)
+    gradients = e_and_m_steps(world, config, state, client, evaluated, support)
     sends = [
         messages.send("gradient", client, b, gradient)
         for b, gradient in gradients.items()
-        if b != client
+        if b != client and reach.reaches(client, b)
     ]
     if client in gradients:
         own_gradient[client] = gradients[client]
-    weights = state.weights(client, world.client_ids)
+    weights = state.weights(client, support)
     for j in [j for j in state.cache[client] if weights.get(j, 0.0) < config.ensemble_min_weight]:
         del state.cache[client][j]
     yield world.env.all_of(sends)
@@ -249,12 +279,14 @@ def ask_for_model(
     peer: int,
     models: dict[int, torch.Tensor],
     request: torch.Tensor,
+    reach: AllPeers,
 ) -> simpy.Event:
-    """Request φ_peer; the returned event fires with φ_peer when the model is in."""
+    """Request φ_peer; the returned event fires with φ_peer when the model is in (the peer
+    answers if it still reaches the requester)."""
     reply = world.env.event()
 
     def answer(_: simpy.Event) -> None:
-        if peer in models:
+        if peer in models and reach.reaches(peer, client):
             sent = messages.send("model", peer, client, models[peer], own_model=True)
             sent.callbacks.append(lambda e: reply.succeed(e.value))
 
@@ -268,8 +300,10 @@ def e_and_m_steps(
     state: FedericoState,
     client: int,
     evaluated: dict[int, torch.Tensor],
+    support: list[int],
 ) -> dict[int, torch.Tensor]:
-    """Refresh ℓ_ib for the models evaluated, update L̂_i and w_i; the w-scaled gradients."""
+    """Refresh ℓ_ib for the models evaluated, update L̂_i and w_i (over ``support``); the
+    w-scaled gradients."""
     if world.timing_only:  # shape-only models: no losses; the messages keep their true size
         return dict(evaluated)
     shard = world.clients[client].shard
@@ -289,7 +323,7 @@ def e_and_m_steps(
     state.ema_loss[client] = (1 - config.beta) * state.ema_loss[client] + (
         config.beta * state.last_loss[client]
     )
-    weights = state.weights(client, world.client_ids)
+    weights = state.weights(client, support)
     return {
         b: weights[b] * trainer.gradient(params, x_batch, y_batch)
         for b, params in evaluated.items()
@@ -298,11 +332,18 @@ def e_and_m_steps(
 
 
 def choose_neighbours(
-    rng: np.random.Generator, weights: dict[int, float], client: int, count: int, epsilon: float
+    rng: np.random.Generator,
+    weights: dict[int, float],
+    client: int,
+    count: int,
+    epsilon: float,
+    candidates: Collection[int] | None = None,
 ) -> list[int]:
-    """ε-greedy, one coin per slot: a uniform pick among the peers left with probability ε,
-    else the highest-weight one left (ties in random order); without replacement, never self."""
-    peers = [j for j in rng.permutation(sorted(weights)).tolist() if j != client]
+    """ε-greedy, one coin per slot: a uniform pick among the candidates left with probability
+    ε, else the highest-weight one left (ties in random order); without replacement, never
+    self; fewer candidates (default: every peer weighed) than ``count``: all of them."""
+    order = rng.permutation(sorted(weights)).tolist()  # over all: the same draws for any reach
+    peers = [j for j in order if j != client and (candidates is None or j in candidates)]
     ranked = sorted(peers, key=lambda j: -weights[j])  # stable: ties keep the random order
     chosen: list[int] = []
     while ranked and len(chosen) < count:

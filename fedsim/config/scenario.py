@@ -201,14 +201,21 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _gossip_needs_a_graph(self) -> Scenario:
+        """D-SGD and ``peers: d2d`` talk over D2D links only: the scenario must have some."""
+        constellation = self.system.constellation
+        if self.system.d2d is not None or (constellation and constellation.isl is not None):
+            return self
         for i, algorithm in enumerate(self.algorithms):
-            constellation = self.system.constellation
-            isl = constellation is not None and constellation.isl is not None
-            if algorithm.name == "dsgd" and self.system.d2d is None and not isl:
-                raise ValueError(
-                    f"algorithms[{i}].name: dsgd gossips with its D2D neighbours: add a "
-                    "system.d2d section (its graph), or system.constellation.isl"
-                )
+            if algorithm.name == "dsgd":
+                where, what = "name", "dsgd gossips with its D2D neighbours"
+            elif getattr(algorithm, "peers", "all") == "d2d":
+                where, what = "peers", "d2d picks peers among the D2D neighbours"
+            else:
+                continue
+            raise ValueError(
+                f"algorithms[{i}].{where}: {what}: add a system.d2d section (its graph), or "
+                "system.constellation.isl"
+            )
         return self
 
     @model_validator(mode="after")

@@ -198,3 +198,10 @@ class Transfers:
         if self.network.graph is None:
             raise ValueError("no D2D graph: add a system.d2d section")
         return [c for c in self.network.peers(client) if c in self.present]
+
+    def linked_peers_of(self, client: int) -> list[int]:
+        """Every D2D neighbour of the client in the graph, present or not, its link up now or
+        not (a constellation's ISL pairs, in sight or not), ascending."""
+        if self.network.graph is None:
+            raise ValueError("no D2D graph: add a system.d2d section")
+        return sorted(self.network.graph.neighbors(client))

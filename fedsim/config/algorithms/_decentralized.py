@@ -3,12 +3,17 @@ server."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from fedsim.config.algorithms._base import _AlgorithmBase
 from fedsim.config.base import Seconds
+
+# Whom FedeRiCo and CoBo pick their peers among: every present client (the papers' fully
+# connected potential peers, the network relaying what no D2D link carries), or ``d2d``: the
+# client's present D2D neighbours at the moment (``system.d2d``'s graph, or the ISLs in sight).
+Peers = Literal["all", "d2d"]
 
 
 class DecentralizedConfig(_AlgorithmBase):

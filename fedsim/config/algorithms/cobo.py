@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from fedsim.config.algorithms._decentralized import DecentralizedConfig
+from fedsim.config.algorithms._decentralized import DecentralizedConfig, Peers
 from fedsim.config.base import (
     MAX_ROUNDS,
     MAX_WEIGHT,
@@ -129,6 +129,12 @@ class CoboConfig(DecentralizedConfig):
         description="p_t: auto (mixed, raised so that each pair meets expected_meetings times "
         "early); constant p; decaying p/t; mixed p then p T0/t after T0 rounds (the paper's); "
         "all: every pair",
+    )
+    peers: Peers = Field(
+        default="all",
+        description="pairs among all present clients (the paper's) or d2d: only between D2D "
+        "neighbours at the round's start (system.d2d's graph, or the ISLs in sight), and the "
+        "X-step pulls only towards the collaborators in reach then",
     )
     pair_probability: Fraction | None = Field(
         default=None, description="p per unordered pair and round (default 1/n, n clients online)"

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fedsim.config.algorithms._decentralized import DecentralizedConfig
+from fedsim.config.algorithms._decentralized import DecentralizedConfig, Peers
 from fedsim.config.base import NonNegativeInt, Seconds, UnitInterval
 
 
@@ -15,6 +15,13 @@ class FedericoConfig(DecentralizedConfig):
 
     name: Literal["federico"]
     neighbours: NonNegativeInt = Field(default=3, description="M (paper: 3)")
+    peers: Peers = Field(
+        default="all",
+        description="whom the M peers are drawn among: all present clients (the paper's fully "
+        "connected potential peers) or d2d: the client's D2D neighbours at the moment "
+        "(system.d2d's graph, or the ISLs in sight); fewer than M: all of them, none: a local "
+        "round; nothing goes to a peer out of reach",
+    )
     epsilon: UnitInterval = Field(default=0.3, description="ε-greedy exploration (paper: 0.3)")
     beta: UnitInterval = Field(default=0.6, description="EMA weight of the NEW loss (paper: 0.6)")
     include_self: bool = Field(
