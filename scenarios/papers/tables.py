@@ -263,6 +263,13 @@ OVER_ISLS = (
     "--set 'system.constellation.isl={neighbours: grid}' --set run.time_budget_s=21600"
 )
 IID = "--set 'dataset.partition={kind: iid}'"
+PEERS_OVER_ISLS = (
+    "--set 'algorithms=[{name: federico, peers: d2d, deadline_s: 600}, "
+    "{name: cobo, peers: d2d, deadline_s: 600}]' "
+    "--set 'system.constellation.isl={neighbours: grid}' --set run.time_budget_s=21600"
+)
+PEERS_ANYWHERE = PEERS_OVER_ISLS.replace("peers: d2d, ", "")
+PEERED = (("federico", "FedeRiCo"), ("cobo", "CoBo"))
 CIFAR10 = (
     "--set dataset.name=cifar10 --set 'model={name: lenet5}' --set 'sweep.seed=[1]' "
     "--set evaluation.target_accuracy=0.4"
@@ -288,6 +295,10 @@ SATELLITE_RUNS = (
                   (("dsgd", "D-SGD"),), OVER_ISLS),
     SatelliteRuns("none: the ISLs in sight (6 h)", "MNIST IID", "satellite_fl_isl_iid",
                   (("dsgd", "D-SGD"),), f"{OVER_ISLS} {IID}"),
+    SatelliteRuns("none: the ISLs in sight (6 h)", "MNIST Dir(0.5)", "satellite_fl_peers_d2d",
+                  PEERED, PEERS_OVER_ISLS),
+    SatelliteRuns("none: any satellite, ISL or via Bremen (6 h)", "MNIST Dir(0.5)",
+                  "satellite_fl_peers_all", PEERED, PEERS_ANYWHERE),
     SatelliteRuns(STATION, "CIFAR-10 Dir(0.5)", "satellite_fl_cifar10", SERVERS, CIFAR10),
     SatelliteRuns(MEO, "CIFAR-10 Dir(0.5)", "satellite_fl_meo_cifar10", FEDAVG,
                   f"{ON_A_MEO} {CIFAR10}"),
