@@ -20,11 +20,20 @@ class BatchedEngine:
     (``gradients``) and what the clients' models output (``logits``)."""
 
     batched = True
+    refused_layer: str | None = None
+    """Why the engine cannot take the model (the layer), found once by the subclass."""
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
         self.fixed_shapes = setup.compile != "eager"
         self._captured: dict[tuple, CapturedStep] = {}
+
+    def cannot_run(self) -> str | None:
+        """The model's layer the engine cannot take; else fp16, whose loss scaling skips
+        steps per client (the loop's ``LossScaler``)."""
+        if self.refused_layer is None and self.setup.precision == "fp16":
+            return "fp16 needs a loss scale per client (skipped steps): the loop has it"
+        return self.refused_layer
 
     def gradients(
         self, ws: list[torch.Tensor], batch: Batch

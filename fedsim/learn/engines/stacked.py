@@ -181,17 +181,10 @@ class StackedEngine(BatchedEngine):
 
     def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
-        self.layers, self._why_not = interpret(setup.module)
+        self.layers, self.refused_layer = interpret(setup.module)
         self._losses = self._client_losses
         if setup.compile in ("default", "reduce-overhead"):
             self._losses = torch.compile(self._client_losses, mode=setup.compile)
-
-    def cannot_run(self) -> str | None:
-        if self._why_not is not None:
-            return self._why_not
-        if self.setup.precision == "fp16":
-            return "fp16 needs a loss scale per client (skipped steps): the loop has it"
-        return None
 
     def _im2col_floats(self, sample_shape: tuple[int, ...]) -> list[int]:
         """Per convolution, the floats of its padded input copy and its columns (C_in·k² per

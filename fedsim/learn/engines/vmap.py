@@ -26,6 +26,17 @@ def _masked_mean(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) ->
     return (losses * weight).sum() / weight.sum().clamp_min(1)
 
 
+def _refused_layer(model: nn.Module) -> str | None:
+    """vmap runs the same computation per client only for stateless, deterministic layers:
+    the first layer that keeps state in buffers or draws random numbers, or None."""
+    for name, module in model.named_modules():
+        stateful = any(True for _ in module.buffers(recurse=False))
+        if stateful or isinstance(module, nn.modules.dropout._DropoutNd):
+            why = "keeps state in buffers" if stateful else "draws random numbers"
+            return f"layer {name} ({type(module).__name__}) {why}"
+    return None
+
+
 class VmapEngine(BatchedEngine):
     name = "vmap"
 
@@ -40,18 +51,7 @@ class VmapEngine(BatchedEngine):
             distilled = torch.compile(distilled, mode=setup.compile)
         self._plain, self._distilled = plain, distilled
         self._client_logits = vmap(self._logits)
-
-    def cannot_run(self) -> str | None:
-        """vmap runs the same computation per client only for stateless, deterministic layers;
-        fp16's loss scaling skips steps per client (the loop's ``LossScaler``)."""
-        for name, module in self.setup.module.named_modules():
-            stateful = any(True for _ in module.buffers(recurse=False))
-            if stateful or isinstance(module, nn.modules.dropout._DropoutNd):
-                why = "keeps state in buffers" if stateful else "draws random numbers"
-                return f"layer {name} ({type(module).__name__}) {why}"
-        if self.setup.precision == "fp16":
-            return "fp16 needs a loss scale per client (skipped steps): the loop has it"
-        return None
+        self.refused_layer = _refused_layer(setup.module)
 
     def _logits(self, tensors: tuple[torch.Tensor, ...], x: torch.Tensor) -> torch.Tensor:
         """The model's outputs with one client's parameters (per layer) swapped in."""
