@@ -225,11 +225,15 @@ class Setup:
         return sum(size for _, _, size in self.layers_seen(sample_shape))
 
 
-def training_states(spec: OptimizerSpec, extra_states: int) -> int:
-    """Parameter-sized tensors a training holds per client: parameters, gradient, optimizer
-    state and ``extra_states`` more (prox centers, corrections)."""
-    optimizer_states = {"sgd": int(spec.momentum > 0), "adam": 2}
-    return 2 + optimizer_states[spec.name] + extra_states
+def client_floats(
+    setup: Setup, sample_shape: tuple[int, ...], width: int, extra: int, held_per_sample: int
+) -> int:
+    """Float32s one client holds during a step at ``width`` samples: its parameter-sized
+    tensors (parameters, gradient, optimizer state and ``extra`` more: prox centers,
+    corrections), and per sample its input and ``held_per_sample``."""
+    spec = setup.optimizer
+    states = 2 + {"sgd": int(spec.momentum > 0), "adam": 2}[spec.name] + extra
+    return setup.num_params * states + width * (math.prod(sample_shape) + held_per_sample)
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,11 @@ prox term, SCAFFOLD's corrected step: ``State.step``) is the same in every mode.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 
-from fedsim.learn.engines.base import Chunk, Setup, TrainResult, result_of, training_states
+from fedsim.learn.engines.base import Chunk, Setup, TrainResult, client_floats, result_of
 from fedsim.learn.engines.captured import CapturedStep, run_captured
 from fedsim.learn.engines.lockstep import Batch, Finished, Lockstep, State, padded_clients
 from fedsim.learn.execution import ACTIVATION_COPIES
@@ -56,9 +55,8 @@ class BatchedEngine:
         return self.setup.activation_floats(sample_shape)
 
     def training_floats(self, sample_shape: tuple[int, ...], width: int, extra: int) -> int:
-        setup = self.setup
-        per_sample = math.prod(sample_shape) + self.held_per_sample(sample_shape)
-        return setup.num_params * training_states(setup.optimizer, extra) + width * per_sample
+        held = self.held_per_sample(sample_shape)
+        return client_floats(self.setup, sample_shape, width, extra, held)
 
     def train_chunk(self, chunk: Chunk) -> list[TrainResult]:
         """The chunk trained in lockstep (eager), or at fixed shapes: its clients padded to

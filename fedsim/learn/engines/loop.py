@@ -4,8 +4,6 @@ and every option, fp16's loss scaling included (its skipped steps are per client
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
@@ -16,8 +14,8 @@ from fedsim.learn.engines.base import (
     Plan,
     Setup,
     TrainResult,
+    client_floats,
     result_of,
-    training_states,
 )
 from fedsim.learn.execution import ACTIVATION_COPIES
 from fedsim.learn.optimizers import LossScaler, corrected_step, make_optimizer
@@ -35,10 +33,8 @@ class LoopEngine:
 
     def training_floats(self, sample_shape: tuple[int, ...], width: int, extra: int) -> int:
         """One client's (the loop holds one at a time, whatever the chunk)."""
-        setup = self.setup
-        activations = ACTIVATION_COPIES * setup.activation_floats(sample_shape)
-        states = training_states(setup.optimizer, extra)
-        return setup.num_params * states + width * (math.prod(sample_shape) + activations)
+        activations = ACTIVATION_COPIES * self.setup.activation_floats(sample_shape)
+        return client_floats(self.setup, sample_shape, width, extra, activations)
 
     def train_chunk(self, chunk: Chunk) -> list[TrainResult]:
         return [
