@@ -9,8 +9,8 @@ process. Reported per row:
 - ``client_samples_per_s``: clients x steps x batch over the best of ``--repeats`` timed calls
   (on a GPU, timed to the end of its kernels: the results come back to the host);
 - ``peak_mb``: the device's peak allocated memory during the calls (CUDA only: a CPU's peak
-  cannot be reset within a process), beside ``estimate_mb``, what the vmap engine plans for
-  one chunk (``Trainer._training_floats``: the basis of ``vmap_chunk: auto``) times the chunk;
+  cannot be reset within a process), beside ``estimate_mb``, what a batched engine plans for
+  one client (its ``training_floats``: the basis of ``vmap_chunk: auto``) times the chunk;
 - ``chunk``: the clients a batched engine stacked at once;
 - ``over_loop``: a batched row's rate over the loop's; ``stacked_over_vmap``: a stacked row's
   rate over the vmap row's of the same model, batch, clients, precision and compile mode;
@@ -127,8 +127,7 @@ def measure(
         row["gflops"] = flops * clients * steps / best_s / 1e9
         chosen = trainer.engine_for(clients, engine)
         if chosen.batched:
-            width = batch if compile_mode == "eager" else trainer.batch_size
-            floats = chosen.training_floats(shape, width, extra=0)
+            floats = chosen.training_floats(shape, batch, extra=0)  # full batches: any mode
             row["chunk"] = trainer._chunk_size(clients, floats)
             row["estimate_mb"] = row["chunk"] * floats * 4 / 2**20
         rows.append(row)

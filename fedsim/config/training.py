@@ -123,8 +123,7 @@ class TrainingConfig(_Strict):
     vmap_chunk: Annotated[PositiveInt | Literal["auto"], NO_BOOL] = Field(
         default="auto",
         description="clients a batched engine (vmap, stacked) trains or evaluates at once: "
-        "auto from the "
-        "model's size, the batch width and half the device's total memory (at most "
+        "auto from the model's size, the batch width and half the device's total memory (at most "
         "fedsim.learn.execution.MAX_VMAP_CHUNK), or a number; results equal within float "
         "tolerance whatever the chunk",
     )
