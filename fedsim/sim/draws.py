@@ -9,16 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 _MASK64 = (1 << 64) - 1
-SHADOWING, FADING, OUTAGE, WAYPOINT, HARQ, LOS, UPLOAD, PLACEMENT = (
-    1,
-    2,
-    3,
-    4,
-    5,
-    6,
-    7,
-    8,
-)  # purposes
+SHADOWING, FADING, OUTAGE, WAYPOINT, HARQ, LOS, UPLOAD, PLACEMENT = range(1, 9)  # purposes
 
 
 def _mix(z: int) -> int:
