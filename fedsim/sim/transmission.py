@@ -192,9 +192,8 @@ class RadioLink:
             return 1.0
         [client] = self.receivers
         power_w = self.radio.uplink_power_w(client, bandwidth_hz)
-        if sends and power_w != self.tx_power_w:
-            self._bank_radiated()  # what it radiated so far at its previous power
-            self.tx_power_w = power_w
+        if sends:
+            self._set_power(power_w)
         return power_w / self.power_w
 
     def achievable_bps(self, bandwidth_hz: float) -> float:
@@ -237,6 +236,12 @@ class RadioLink:
     def radiated_w(self) -> float:
         """The power it radiates on average while it has a share of the band."""
         return self.tx_power_w * self.duty
+
+    def _set_power(self, power_w: float) -> None:
+        """It transmits at power_w from now on (the energy so far banked at the previous)."""
+        if power_w != self.tx_power_w:
+            self._bank_radiated()
+            self.tx_power_w = power_w
 
     def _set_duty(self, duty: float) -> None:
         """It sends in this share of the time from now on (the energy so far banked)."""

@@ -165,9 +165,7 @@ class HarqTransmission(RadioLink):
             power_w = (1.0 - weight) * powers_w[use.low - 1] + weight * powers_w[use.high - 1]
         else:
             power_w = float(powers_w[use.high - 1])
-        if power_w != self.tx_power_w:
-            self._bank_radiated()  # what it radiated so far at its previous power
-            self.tx_power_w = power_w
+        self._set_power(power_w)
         self._set_duty(use.blocks_per_slot)
 
     @property
