@@ -193,11 +193,10 @@ class HarqTransmission(RadioLink):
         """The rate the weakest receiver would get on bandwidth_hz now (a scheduler's
         metric): that of the best use of the share at the estimate (``Harq.best_use``),
         non-decreasing in the share."""
-        state = self._state()  # a new channel state forgets the rates of the last one
+        self._state()  # a new channel state forgets the rates of the last one
         rate_bps = self._achievable_bps_on.get(bandwidth_hz)
         if rate_bps is None:
-            weakest = min(state, key=state.__getitem__)
-            rate_bps = self.harq.best_use(self._view(weakest, state[weakest]), bandwidth_hz)[1]
+            rate_bps = self.harq.best_use(self._weakest_view(), bandwidth_hz)[1]
             if self.radio.cache_channel:
                 self._achievable_bps_on[bandwidth_hz] = rate_bps
         return rate_bps
@@ -206,12 +205,16 @@ class HarqTransmission(RadioLink):
         """The most of bandwidth_hz its weakest receiver's rate grows on [Hz]: the fewest
         PRBs that carry the most at the estimate (at least one: a transmitter waiting below
         the lowest MCS keeps a PRB to find out when its channel comes back)."""
-        state = self._state()
-        weakest = min(state, key=state.__getitem__)
         prb_hz = self.harq.settings.prb_hz
         most = max(1, math.floor(bandwidth_hz / prb_hz + 1e-9))
-        rates = self._view(weakest, state[weakest]).rates(self.harq, most)
+        rates = self._weakest_view().rates(self.harq, most)
         return int(rates.peak_at[most - 1]) * prb_hz
+
+    def _weakest_view(self) -> FlatSnr | SubbandSnr:
+        """The view of the receiver of least gain now (a scheduler's and the band's metric)."""
+        state = self._state()
+        weakest = min(state, key=state.__getitem__)
+        return self._view(weakest, state[weakest])
 
     def _placed_as_planned(self) -> bool:
         """Whether the share sits where the period was planned on (flat: anywhere will do)."""
