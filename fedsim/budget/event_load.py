@@ -8,7 +8,7 @@ import math
 import numpy as np
 import simpy
 
-from fedsim.config import Scenario
+from fedsim.config import RadioConfig, Scenario
 from fedsim.streams import RandomStreams
 from fedsim.world.network import build_radio, cell_grid, fading_block_s
 
@@ -53,7 +53,7 @@ def event_load_warnings(scenario: Scenario) -> list[str]:
                 f"{block_s:g} s; leave period_s out (the fading block) unless scheduling within "
                 "a block is what you study"
             )
-    slow = _weakest_uplink_warning(scenario, block_s)
+    slow = _weakest_uplink_warning(scenario, radio, block_s)
     if slow is not None:
         warnings.append(slow)
     mobility = radio.mobility
@@ -81,21 +81,23 @@ def event_load_warnings(scenario: Scenario) -> list[str]:
     return warnings
 
 
-def _weakest_uplink_warning(scenario: Scenario, block_s: float) -> str | None:
+def _weakest_uplink_warning(
+    scenario: Scenario, radio_config: RadioConfig, block_s: float
+) -> str | None:
     """A warning where the weakest client's uplink, alone on the band and without fading (its
     best case), needs more than ``MANY_BLOCKS`` fading blocks for a 100 kB model: the channel
     changes, and the event model works, once per block of every such upload, so the run takes
     long though nothing is wrong with it. The clients are placed as the run places them. (The
     harq link sends nothing below MCS 0, and ends such an upload as a radio link failure.)"""
-    radio_config = scenario.system.radio
-    if radio_config is None or radio_config.fading.model == "none":
+    if radio_config.fading.model == "none":
         return None
     if radio_config.link.model == "harq":  # below MCS 0 no block is sent: a link failure
         return None
     clients = scenario.clients.total
     radio = build_radio(radio_config, simpy.Environment(), RandomStreams(scenario.seed), clients)
     bandwidth_hz = radio_config.uplink_bandwidth_hz
-    weakest = int(np.argmin(radio.mean_snr_db(bandwidth_hz)))
+    snr_db = radio.mean_snr_db(bandwidth_hz)
+    weakest = int(np.argmin(snr_db))
     rate_bps = radio.nominal_rate_bps(False, [weakest], bandwidth_hz)
     if rate_bps <= 0 or REFERENCE_MODEL_BITS / rate_bps < MANY_BLOCKS * block_s:
         return None  # no rate: an outage, which its link model ends
@@ -104,7 +106,7 @@ def _weakest_uplink_warning(scenario: Scenario, block_s: float) -> str | None:
     return (
         f"warning: system.radio: the weakest client's uplink (client {weakest}, "
         f"{math.hypot(x_m, y_m):,.0f} m from the centre, mean SNR "
-        f"{float(radio.mean_snr_db(bandwidth_hz)[weakest]):.1f} dB on "
+        f"{float(snr_db[weakest]):.1f} dB on "
         f"uplink_bandwidth_hz = {bandwidth_hz:g}) carries {rate_bps:.3g} bit/s at best: a "
         f"100 kB model takes {upload_s:.3g} s, {upload_s / block_s:.3g} fading blocks of "
         f"{block_s:g} s, and the event model works once per block: the run will take long; "
