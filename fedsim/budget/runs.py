@@ -107,9 +107,12 @@ def budget_algorithm(
         hierarchical=algorithm.name == "hierfavg",
     )
     world = World(scenario, algorithm, dataset, trainer, recorder, progress, timing_only=True)
-    sample = representative_update(world) if world.compression.sized_by_values else None
-    if sample is not None:
-        world.compression.size_on(*sample)
+    sized_on = None  # Budget.messages_sized_on
+    if world.compression.sized_by_values:
+        sample = representative_update(world)
+        sized_on = "stand-in" if sample is None else "update"
+        if sample is not None:
+            world.compression.size_on(*sample)
     world.run(ALGORITHMS[algorithm.name](world, algorithm), max_events=max_events)
     world.finish(complete=True)
     rows = recorder.round_rows
@@ -147,11 +150,7 @@ def budget_algorithm(
         closed_form_round_s=closed_form_s,
         simulated_s=world.env.now,
         message_bytes=message_bytes(world),
-        messages_sized_on=None
-        if not world.compression.sized_by_values
-        else "update"
-        if sample is not None
-        else "stand-in",
+        messages_sized_on=sized_on,
         radio=rate_distribution(world.network.radio) if world.network.radio else None,
         uplink_aggregation=scenario.system.uplink_aggregation,
         energy_j=world.energy.meter.totals() if world.energy else None,
