@@ -108,7 +108,7 @@ saved every 10 rounds in ``collaboration.npz``.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -150,7 +150,7 @@ def pair_probability(config: CoboConfig, round_index: int, clients: int, rounds:
     expectation, whatever n. T1 ≥ ⌈m⌉ keeps m / T1 ≤ 1, so the promise holds in any run.
     """
     p = config.pair_probability if config.pair_probability is not None else 1 / max(clients, 1)
-    decay = (lambda ratio: ratio) if config.decay == "inverse" else math.sqrt
+    decay = decay_law(config)
     if config.pair_sampling == "all":
         return 1.0
     if config.pair_sampling == "constant":
@@ -170,6 +170,11 @@ def pair_probability(config: CoboConfig, round_index: int, clients: int, rounds:
     return max(mixed, guaranteed)
 
 
+def decay_law(config: CoboConfig) -> Callable[[float], float]:
+    """The configured ``decay`` of a ratio T/t: T/t itself, or its square root."""
+    return (lambda ratio: ratio) if config.decay == "inverse" else math.sqrt
+
+
 def meeting_window(config: CoboConfig, rounds: int) -> int:
     """T1 = max(⌈meeting_fraction · rounds⌉, ⌈expected_meetings⌉): the rounds in which
     ``auto`` has each pair meet ``expected_meetings`` times."""
@@ -183,8 +188,7 @@ def weight_step(config: CoboConfig, round_index: int, rounds: int) -> float:
     window = meeting_window(config, rounds)
     if config.weight_lr_decay == "none" or round_index <= window:
         return config.weight_lr
-    decay = (lambda ratio: ratio) if config.decay == "inverse" else math.sqrt
-    return config.weight_lr * decay(window / round_index)
+    return config.weight_lr * decay_law(config)(window / round_index)
 
 
 def run(
@@ -223,8 +227,9 @@ def run(
         state.pairs.append(pairs)
         messages = RoundMessages(world)
         models_now = dict(state.models)  # x^t: the W-step and the penalty use these
+        step = weight_step(config, round_index, rounds)
         bodies = {
-            i: client_round(world, config, state, i, pairs, models_now, messages, reach)
+            i: client_round(world, config, state, i, pairs, models_now, messages, reach, step)
             for i in clients
         }
         finished = yield from run_round(world, config, bodies)
@@ -242,9 +247,10 @@ def client_round(
     models: dict[int, torch.Tensor],
     messages: RoundMessages,
     reach: AllPeers,
+    step: float,
 ) -> Generator[simpy.Event, object, int]:
-    """Client i's round: its pairs' weight updates, then the penalized model step (every
-    message to a peer it reaches as the message starts)."""
+    """Client i's round: its pairs' weight updates by the round's γ_t (``step``), then the
+    penalized model step (every message to a peer it reaches as the message starts)."""
     timeout_s = config.phase_timeout_s
     if timeout_s is None and config.deadline_s is not None:
         timeout_s = config.deadline_s / 3
@@ -268,7 +274,6 @@ def client_round(
     if got:
         batch = weight_batch_size(world, config, client)
         yield from world.work(client, steps=len(got), samples=len(got) * batch)
-    step = weight_step(config, world.round_index or 1, world.scenario.run.rounds or 1)
     for j, (x_j, g_j) in got.items():
         held[j] = x_j
         midpoint = (x_i + x_j) / 2
