@@ -17,6 +17,7 @@ import torch
 
 from fedsim.learn.trainer import Trainer
 from fedsim.sim.network import Network
+from fedsim.sim.topology import neighbours
 from fedsim.world.aircomp import OverTheAir
 from fedsim.world.compression import SERVER, Compression
 from fedsim.world.tasks import Rounds, Task, Tasks
@@ -202,6 +203,7 @@ class Transfers:
     def linked_peers_of(self, client: int) -> list[int]:
         """Every D2D neighbour of the client in the graph, present or not, its link up now or
         not (a constellation's ISL pairs, in sight or not), ascending."""
-        if self.network.graph is None:
+        graph = self.network.graph
+        if graph is None:
             raise ValueError("no D2D graph: add a system.d2d section")
-        return sorted(self.network.graph.neighbors(client))
+        return neighbours(graph, client)
