@@ -19,14 +19,11 @@ def folder_problem(path: Path) -> str | None:
     folder above it goes, or the nearest folder that exists refuses a new file; None if the
     folder is (or can be made) and takes files."""
     for place in (path, *path.parents):
+        inside = "" if place == path else f", so the folder {path} cannot be made"
         if place.is_dir():
             refused = _refuses_files(place)
-            if refused is None:
-                return None
-            inside = "" if place == path else f", so the folder {path} cannot be made"
-            return f"{place} cannot be written ({refused}){inside}"
+            return None if refused is None else f"{place} cannot be written ({refused}){inside}"
         if place.exists():
-            inside = "" if place == path else f", so the folder {path} cannot be made"
             return f"{place} is a file, not a folder{inside}"
     return None
 
@@ -49,15 +46,11 @@ def file_problem(path: Path) -> str | None:
 def tree_problem(folder: Path, inside: Iterable[str]) -> str | None:
     """``folder_problem`` of ``folder``, then of each of the folders ``inside`` it that exist
     already (a run's folder that is kept but rewritten), and of the files directly in them."""
-    problem = folder_problem(folder)
-    if problem is not None or not folder.is_dir():
-        return problem
-    for name in ("", *inside):
-        place = folder / name
-        if not place.is_dir():
+    for place in (folder, *(folder / name for name in inside)):
+        if place != folder and not place.is_dir():
             continue
         problem = folder_problem(place)
-        if problem is not None:
+        if problem is not None or not place.is_dir():
             return problem
         for entry in place.iterdir():
             if entry.is_file() and not os.access(entry, os.W_OK):
