@@ -299,6 +299,8 @@ def describe(error: dict, root: type[BaseModel]) -> str:
     return f"{path}: {message}"
 
 
+# ``latency_s`` before ``_s``: a key takes the reason of the longest unit it ends with
+_BOUND_REASONS_LONGEST_UNIT_FIRST = sorted(BOUND_REASONS.items(), key=lambda r: -len(r[0][0]))
 _BOUND_ERRORS = {"greater_than": "gt", "greater_than_equal": "ge", "less_than": "lt",
                  "less_than_equal": "le"}  # fmt: skip
 
@@ -311,7 +313,7 @@ def _bound_reason(path: str, error: dict) -> str | None:
         return None
     limit = float(error["ctx"][bound])
     for key in reversed(re.sub(r"\[\d+\]", "", path).split(".")):
-        for (unit, at), reason in sorted(BOUND_REASONS.items(), key=lambda r: -len(r[0][0])):
+        for (unit, at), reason in _BOUND_REASONS_LONGEST_UNIT_FIRST:
             if key.endswith(unit) and at == limit:
                 return reason
     return None
