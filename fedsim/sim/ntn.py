@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SPEED_OF_LIGHT_M_S = 299_792_458.0
+from fedsim.sim.orbits import SPEED_OF_LIGHT_M_S
+
 BOLTZMANN_DBW_PER_K_HZ = -228.6
 REFERENCE_ELEVATIONS_DEG = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 SCENARIOS = ("dense_urban", "urban", "suburban", "rural")

@@ -244,10 +244,6 @@ class TleOrbits:
     def period_s(self) -> float:
         return self._period_s
 
-    @property
-    def names(self) -> list[str]:
-        return [name for name, _, _ in self.elements]
-
     def state(self, time_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = np.atleast_1d(np.asarray(time_s, dtype=float))
         whole = np.full(t.shape, self._jd[0])
@@ -448,9 +444,6 @@ class Contacts:
             pair: [] for pair in self.pairs
         }
         self._union: list[list[tuple[float, float]]] = [[] for _ in range(orbits.count)]
-
-    def position(self, satellite: int, time_s: float) -> np.ndarray:
-        return self.orbits.state(np.array([time_s]))[0][satellite, 0]
 
     def _node_scalar(self, satellite: int, node: Node) -> Callable[[float], float]:
         def margin(t: float) -> float:

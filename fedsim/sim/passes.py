@@ -24,6 +24,7 @@ import simpy
 from fedsim.sim.events import EventLog
 from fedsim.sim.medium import Flow, Medium
 from fedsim.sim.network import Network
+from fedsim.sim.ntn import propagation_delay_s
 from fedsim.sim.orbits import DAY_S, MAX_WAIT_S, NeverVisible
 
 Windows = Callable[[float], list[tuple[float, float]]]
@@ -51,7 +52,6 @@ class PassLink:
     rates: Rates
     ranges: Rates
     segment_s: float = 5.0
-    peak_bps: float = math.inf
     _curves: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False
     )
@@ -122,7 +122,7 @@ class PassLink:
 
     def delay_s(self, time_s: float) -> float:
         """d/c to the far end at ``time_s``."""
-        return float(self.ranges(np.array([time_s]))[0]) / 299_792_458.0
+        return float(propagation_delay_s(self.ranges(np.array([time_s]))[0]))
 
     def arrival_s(self, start_s: float, bits: float) -> float:
         """When the last of ``bits`` sent from ``start_s`` reaches the far end."""
@@ -187,7 +187,6 @@ class PassMedium(Medium):
     def start(self, num_bytes: int, link: PassLink, setup_s: float = 0.0) -> Flow:  # type: ignore[override]
         flow = PassFlow(self, num_bytes, math.inf, self._arrivals, setup_s)
         self._arrivals += 1
-        flow.link = flow.begin_s = None
         flow.link, flow.begin_s = link, self.env.now + setup_s
         last_bit_s, first_bit_s = link.finish(flow.begin_s, 8.0 * num_bytes)
         flow.last_bit_s = last_bit_s
