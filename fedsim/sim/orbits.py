@@ -525,13 +525,16 @@ class Contacts:
         )
         return float(np.max(np.abs(speeds)))
 
-    def visible_nodes(self, satellite: int, time_s: float) -> list[int]:
-        """The nodes the satellite sees at ``time_s`` (by the windows found)."""
-        self.extend(time_s + 1.0)
-        return [
-            k for k, windows in enumerate(self._node_windows[satellite])
-            if any(start <= time_s < end for start, end in windows)
-        ]  # fmt: skip
+    def in_sight(self, satellite: int, node: int, times: np.ndarray) -> np.ndarray:
+        """Whether the satellite sees the node at each of ``times`` (by the windows found:
+        sorted and disjoint, so the one starting last by then holds each time or none)."""
+        self.extend(float(np.max(times)) + 1.0)
+        windows = self._node_windows[satellite][node]
+        if not windows:
+            return np.zeros(len(times), dtype=bool)
+        starts, ends = np.array(windows).T
+        index = np.searchsorted(starts, times, side="right") - 1
+        return (index >= 0) & (times < ends[np.maximum(index, 0)])
 
     def pair_visible(self, a: int, b: int, time_s: float) -> bool:
         return any(start <= time_s < end for start, end in self.pair_windows(a, b, time_s + 1.0))

@@ -111,12 +111,15 @@ class ServerLink:
         los = np.ones(len(times), dtype=bool)
         shadow = np.zeros(len(times))
         if isinstance(channel, ntn.GroundChannel) and (self.draw_los or self.shadowing):
+            draws = np.zeros((len(times), 2))  # (uniform for the LOS state, normal for SF)
             for i, t in enumerate(times):
                 rng = np.random.default_rng([self.key, self.satellite, node_index, round(t * 1e3)])
-                if self.draw_los:
-                    los[i] = rng.random() < ntn.los_probability(self.scenario, elevation[i])
-                if self.shadowing:
-                    shadow[i] = rng.standard_normal() * channel.sigma_db(elevation[i], los[i])
+                draws[i] = (rng.random() if self.draw_los else 0.0,
+                            rng.standard_normal() if self.shadowing else 0.0)  # fmt: skip
+            if self.draw_los:
+                los = draws[:, 0] < ntn.los_probability(self.scenario, elevation)
+            if self.shadowing:
+                shadow = draws[:, 1] * channel.sigma_db(elevation, los)
         loss = channel.mean_loss_db(distance, elevation, los) + shadow
         return self.budget.snr_db(loss)
 
@@ -124,8 +127,7 @@ class ServerLink:
         """bit/s at times: the best node in sight (0 where none is)."""
         best = np.zeros(len(times))
         for node_index in range(len(self.contacts.nodes)):
-            visible = np.array([node_index in self.contacts.visible_nodes(self.satellite, t)
-                                for t in times])  # fmt: skip
+            visible = self.contacts.in_sight(self.satellite, node_index, times)
             if visible.any():
                 rate = self.rate_of(self.snr_db(node_index, times[visible]))
                 best[visible] = np.maximum(best[visible], rate)
