@@ -95,6 +95,9 @@ class Orbits(Protocol):
     def period_s(self) -> float:
         """The shortest orbital period (sets the sampling step of the pass search)."""
 
+    def select(self, satellites: Sequence[int]) -> Orbits:
+        """These satellites alone (the pass search's root finding follows one or two)."""
+
 
 @dataclass(frozen=True)
 class CircularOrbits:
@@ -121,6 +124,13 @@ class CircularOrbits:
         keys = list(zip(np.round(self.raan_rad, 9), np.round(self.inclination_rad, 9), strict=True))
         order = {key: i for i, key in enumerate(dict.fromkeys(keys))}
         return [order[key] for key in keys]
+
+    def select(self, satellites: Sequence[int]) -> CircularOrbits:
+        index = list(satellites)
+        return CircularOrbits(
+            self.altitude_m[index], self.inclination_rad[index], self.raan_rad[index],
+            self.latitude_arg_rad[index], self.earth_rotation,
+        )  # fmt: skip
 
     def state(self, time_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = np.atleast_1d(np.asarray(time_s, dtype=float))
@@ -243,6 +253,9 @@ class TleOrbits:
     @property
     def period_s(self) -> float:
         return self._period_s
+
+    def select(self, satellites: Sequence[int]) -> TleOrbits:
+        return TleOrbits([self.elements[k] for k in satellites], self.epoch)
 
     def state(self, time_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = np.atleast_1d(np.asarray(time_s, dtype=float))
@@ -446,17 +459,21 @@ class Contacts:
         self._union: list[list[tuple[float, float]]] = [[] for _ in range(orbits.count)]
 
     def _node_scalar(self, satellite: int, node: Node) -> Callable[[float], float]:
+        alone = self.orbits.select([satellite])
+
         def margin(t: float) -> float:
             times = np.array([t])
-            return float(node.margin(self.orbits.state(times)[0][satellite], times)[0])
+            return float(node.margin(alone.state(times)[0][0], times)[0])
 
         return margin
 
     def _pair_scalar(self, a: int, b: int) -> Callable[[float], float]:
+        pair = self.orbits.select([a, b])
+
         def margin(t: float) -> float:
-            positions = self.orbits.state(np.array([t]))[0]
+            positions = pair.state(np.array([t]))[0]
             return float(
-                link_margin(positions[a, 0], positions[b, 0], self.isl_grazing_m,
+                link_margin(positions[0, 0], positions[1, 0], self.isl_grazing_m,
                             self.isl_max_range_m)
             )  # fmt: skip
 
