@@ -313,16 +313,12 @@ class ConstellationConfig(_Strict):
     def nodes(self) -> list[orbits.Node]:
         return [server.node(self.earth_rotation) for server in self.servers]
 
-    def isl_pairs(self, plane_of: list[int]) -> list[tuple[int, int]]:
-        """Ring neighbours in each plane (in slot order) and, with ``grid``, the same slot of
-        the next plane."""
+    def isl_pairs(self, members: list[list[int]]) -> list[tuple[int, int]]:
+        """Ring neighbours in each plane (``members``: each plane's satellites in slot order)
+        and, with ``grid``, the same slot of the next plane."""
         if self.isl is None:
             return []
-        planes: dict[int, list[int]] = {}
-        for sat, plane in enumerate(plane_of):
-            planes.setdefault(plane, []).append(sat)
         pairs = set()
-        members = [planes[p] for p in sorted(planes)]
         for sats in members:
             for k, sat in enumerate(sats):
                 if len(sats) > 1:

@@ -150,7 +150,11 @@ def build_satellite_network(
     isl = config.isl
     plane_of = sat_orbits.planes if isinstance(sat_orbits, orbits.CircularOrbits) else [
         0] * sat_orbits.count  # fmt: skip
-    pairs = config.isl_pairs(plane_of)
+    members: dict[int, list[int]] = {}
+    for sat, plane in enumerate(plane_of):
+        members.setdefault(plane, []).append(sat)
+    planes = [members[p] for p in sorted(members)]  # each plane's satellites in slot order
+    pairs = config.isl_pairs(planes)
     contacts = orbits.Contacts(
         sat_orbits, config.nodes(), pairs,
         isl_grazing_m=isl.grazing_km * 1e3 if isl else 0.0,
@@ -192,8 +196,7 @@ def build_satellite_network(
         env, links, log=log, is_online=is_online, graph=graph, visible_peers=visible_peers
     ) if config.relay == "none" else PlaneRelayNetwork(
         env, links, log=log, is_online=is_online, graph=graph, visible_peers=visible_peers,
-        planes=[[s for s, p in enumerate(plane_of) if p == plane] for plane in sorted(
-            set(plane_of))],
+        planes=planes,
     )  # fmt: skip
     network.contacts = contacts
     return network
