@@ -306,10 +306,9 @@ SATELLITE_RUNS = (
 SATELLITE_HOURS = (1, 3, 12, 24, 72)
 
 
-def accuracy_at(run: Path, hours: float) -> float | None:
-    """The mean accuracy (%) of the run's last evaluation by ``hours`` (None past its end)."""
-    with (run / "metrics.csv").open() as file:
-        rows = list(csv.DictReader(file))
+def accuracy_at(rows: list[dict[str, str]], hours: float) -> float | None:
+    """The mean accuracy (%) of a run's last evaluation (``rows`` of its metrics.csv) by
+    ``hours`` (None past its end)."""
     if not rows or float(rows[-1]["time_s"]) < hours * 3600.0 - 1e-6:
         return None
     by_then = [r for r in rows if float(r["time_s"]) <= hours * 3600.0 + 1e-6]
@@ -335,9 +334,13 @@ def satellite_rows(results: Path) -> list[str]:
 
 
 def satellite_row(server: str, data: str, name: str, runs: list[Path]) -> str:
+    metrics = []
+    for run in runs:
+        with (run / "metrics.csv").open() as file:
+            metrics.append(list(csv.DictReader(file)))
     cells, gap = [], 0.0
     for hours in SATELLITE_HOURS:
-        values = [accuracy_at(run, hours) for run in runs]
+        values = [accuracy_at(rows, hours) for rows in metrics]
         if None in values:
             cells.append("—")
             continue
