@@ -76,6 +76,7 @@ class ServerLink:
     ) -> None:
         link = config.link
         self.contacts, self.satellite, self.key = contacts, satellite, key
+        self.orbit = contacts.orbits.select([satellite])
         carrier_ghz = link.value("to_ground_ghz" if to_ground else "from_ground_ghz")
         bandwidth_hz = link.value("bandwidth_mhz") * 1e6
         eirp, gt = ("satellite_eirp_dbw", "station_gt_db_per_k") if to_ground else (
@@ -94,7 +95,7 @@ class ServerLink:
 
     def geometry(self, node: orbits.Node, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(elevation in degrees, range in m) from a node to the satellite at times."""
-        sat_m = self.contacts.orbits.state(times)[0][self.satellite]
+        sat_m = self.orbit.state(times)[0][0]
         if isinstance(node, orbits.FixedNode):
             elevation, distance = node.geometry(sat_m)
             return np.degrees(elevation), distance
@@ -208,10 +209,11 @@ def isl_link(
     """An inter-satellite link: free space at the ISL's budget (Shannon), or a fixed rate."""
     a, b = pair
     isl = config.isl
+    both = contacts.orbits.select(pair)
 
     def ranges(times: np.ndarray) -> np.ndarray:
-        positions = contacts.orbits.state(times)[0]
-        return np.linalg.norm(positions[a] - positions[b], axis=-1)
+        positions = both.state(times)[0]
+        return np.linalg.norm(positions[0] - positions[1], axis=-1)
 
     def rates(times: np.ndarray) -> np.ndarray:
         if isl.rate_mbps is not None:
