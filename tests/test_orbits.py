@@ -101,6 +101,25 @@ def test_walker_delta_geometry() -> None:
         orbits.walker_delta(41, 5, 1, 600e3, 53.0)
 
 
+def test_selected_satellites_move_as_in_the_whole_constellation() -> None:
+    """The pass search and the links follow one satellite (or an ISL's two) through
+    ``select``: bit for bit the whole constellation's states; ``in_sight`` reads the windows
+    found (a window's start in sight, its end not)."""
+    walker = orbits.walker_delta(40, 5, 1, 600e3, 53.0)
+    times = np.linspace(0.0, 7200.0, 97)
+    for whole, picked in zip(walker.state(times), walker.select([33, 4]).state(times), strict=True):
+        assert np.array_equal(picked, whole[[33, 4]])
+    station = orbits.FixedNode("gs", orbits.geodetic_to_fixed(53.1, 8.8, 0.0), 10.0)
+    contacts = orbits.Contacts(walker, [station])
+    found = contacts.windows_of(4, 0, 2 * orbits.DAY_S)  # probed in the first day only
+    windows = [w for w in found if w[1] < orbits.DAY_S]
+    starts, ends = np.array(windows).T
+    probes = np.sort(np.concatenate([starts, ends, (starts + ends) / 2, ends + 60.0]))
+    expected = [any(start <= t < end for start, end in found) for t in probes]
+    assert len(windows) > 1 and contacts.in_sight(4, 0, probes).tolist() == expected
+    assert contacts.in_sight(4, 0, starts).all() and not contacts.in_sight(4, 0, ends).any()
+
+
 @pytest.mark.parametrize("per_plane", [6, 8, 12])
 def test_intra_plane_line_of_sight_clears_the_earth_by_the_closed_form(per_plane: int) -> None:
     """Neighbours 2π/S apart on a circle of radius R + h: the chord's nearest point to the
