@@ -135,7 +135,8 @@ class ServerLink:
         return best
 
     def ranges(self, times: np.ndarray) -> np.ndarray:
-        """Distance to the nearest node in sight (the nearest of all when none is)."""
+        """Distance to the nearest server node, in sight or not: the one in sight with a single
+        node; with several, a nearer node below its mask would shorten the delay d/c."""
         distances = np.array([self.geometry(node, times)[1] for node in self.contacts.nodes])
         return distances.min(axis=0)
 
